@@ -1,0 +1,1 @@
+"""kubeforge.builders."""
