@@ -1,1 +1,147 @@
-"""kubeforge.api."""
+"""kubeforge.api: pydantic models of the kubeforge.io/v1alpha1 resources.
+
+Three kinds: :class:`GPUPool` (cluster-scoped), :class:`TrainingJob` and
+:class:`InferenceService` (namespaced). Python attributes are snake_case; the JSON names are
+camelCase and both are accepted on input. ``model.to_dict()`` gives the JSON form.
+
+Read an object that the API server or kopf handed over with :func:`parse_training_job`
+(and its siblings), or :func:`parse_resource` for any kind; spec and status models validate
+alone as well (``TrainingJobSpec.model_validate(spec)``).
+
+The CRDs in ``crds/`` are generated from these models by :mod:`kubeforge.api.crdgen`.
+"""
+
+from .. import API_VERSION, GROUP, VERSION
+from ._base import KubeModel
+from ._core import (
+    Condition,
+    ConditionStatus,
+    LabelSelector,
+    LabelSelectorRequirement,
+    ObjectMeta,
+    PodTemplate,
+    SelectorOperator,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+    find_condition,
+)
+from ._gpupool import (
+    DEFAULT_GPU_RESOURCE_NAME,
+    CapacityType,
+    EffectiveTopologyLevel,
+    GPUCounts,
+    GPUPool,
+    GPUPoolSpec,
+    GPUPoolStatus,
+    LevelSource,
+    NodeCounts,
+    PoolWorkload,
+    TopologyDomain,
+    TopologyLevel,
+)
+from ._inferenceservice import (
+    DEFAULT_PROMETHEUS_URL,
+    Autoscaling,
+    InferenceService,
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    Metric,
+    ScaleDirection,
+    ScaleDownRules,
+    ScaleUpRules,
+    ServingTopology,
+)
+from ._parse import (
+    RESOURCE_KINDS,
+    Resource,
+    describe_validation_error,
+    parse_as,
+    parse_gpu_pool,
+    parse_inference_service,
+    parse_resource,
+    parse_training_job,
+)
+from ._trainingjob import (
+    AccessMode,
+    Checkpoint,
+    DeletionPolicy,
+    FailurePolicy,
+    LastCheckpoint,
+    Placement,
+    ReplicaCounts,
+    RestartCounts,
+    TrainingJob,
+    TrainingJobPhase,
+    TrainingJobSpec,
+    TrainingJobStatus,
+    TrainingTopology,
+)
+from ._workload import TopologyMode
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "VERSION",
+    "KubeModel",
+    # core types
+    "Condition",
+    "ConditionStatus",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "ObjectMeta",
+    "PodTemplate",
+    "SelectorOperator",
+    "TaintEffect",
+    "Toleration",
+    "TolerationOperator",
+    "find_condition",
+    # GPUPool
+    "DEFAULT_GPU_RESOURCE_NAME",
+    "CapacityType",
+    "EffectiveTopologyLevel",
+    "GPUCounts",
+    "GPUPool",
+    "GPUPoolSpec",
+    "GPUPoolStatus",
+    "LevelSource",
+    "NodeCounts",
+    "PoolWorkload",
+    "TopologyDomain",
+    "TopologyLevel",
+    # TrainingJob
+    "AccessMode",
+    "Checkpoint",
+    "DeletionPolicy",
+    "FailurePolicy",
+    "LastCheckpoint",
+    "Placement",
+    "ReplicaCounts",
+    "RestartCounts",
+    "TopologyMode",
+    "TrainingJob",
+    "TrainingJobPhase",
+    "TrainingJobSpec",
+    "TrainingJobStatus",
+    "TrainingTopology",
+    # InferenceService
+    "DEFAULT_PROMETHEUS_URL",
+    "Autoscaling",
+    "InferenceService",
+    "InferenceServiceSpec",
+    "InferenceServiceStatus",
+    "Metric",
+    "ScaleDirection",
+    "ScaleDownRules",
+    "ScaleUpRules",
+    "ServingTopology",
+    # parsing
+    "RESOURCE_KINDS",
+    "Resource",
+    "describe_validation_error",
+    "parse_as",
+    "parse_gpu_pool",
+    "parse_inference_service",
+    "parse_resource",
+    "parse_training_job",
+]

@@ -1,0 +1,71 @@
+"""Shared building blocks: the base model, patterns and small reusable types."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+# A DNS-1123 label: lower case alphanumerics and '-', at most 63 characters.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A DNS-1123 subdomain (object names), at most 253 characters.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A qualified label key: an optional DNS subdomain prefix and '/', then a name.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+# A label value: empty, or alphanumerics with '-', '_' and '.' inside.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A resource.Quantity, as Kubernetes spells it in its own CRDs.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+
+MAX_NAME_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+MAX_LABEL_KEY_LENGTH = 317
+
+
+class KubeModel(BaseModel):
+    """Base of every kubeforge API model.
+
+    Python attributes are snake_case; the JSON names are camelCase aliases. Both are accepted
+    on input. Unknown keys are ignored (the API server prunes them anyway), so the models
+    read objects written by newer versions of the CRDs.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        validate_default=False,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the JSON form (camelCase keys, no unset optional fields)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def quantity(value: Any) -> str:
+    """Validates a Kubernetes quantity (``10Gi``, ``500M``, ``1``) and returns it as a string."""
+    if isinstance(value, bool):
+        raise ValueError("must be a quantity such as 10Gi, not a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, str) or not _QUANTITY_RE.match(value):
+        raise ValueError(f"{value!r} is not a quantity (examples: 10Gi, 500Mi, 1T)")
+    return value
+
+
+def to_plain(value: Any) -> Any:
+    """Deep-copies mappings and sequences (kopf's Body views included) into dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value

@@ -1,0 +1,281 @@
+"""GPUPool: a cluster-scoped, named set of GPU nodes and what the operator knows about them."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Literal, Optional
+
+from pydantic import ConfigDict, Field, field_validator
+
+from .. import API_VERSION
+from ._base import (
+    DNS_LABEL_PATTERN,
+    LABEL_KEY_PATTERN,
+    MAX_LABEL_KEY_LENGTH,
+    MAX_LABEL_LENGTH,
+    MAX_NAME_LENGTH,
+    KubeModel,
+)
+from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
+
+DEFAULT_GPU_RESOURCE_NAME = "nvidia.com/gpu"
+
+
+class CapacityType(str, Enum):
+    """CapacityType is whether a pool's nodes are spot or on-demand."""
+
+    AUTO = "Auto"
+    SPOT = "Spot"
+    ON_DEMAND = "OnDemand"
+
+
+class LevelSource(str, Enum):
+    """LevelSource says where an effective topology level came from."""
+
+    SPEC = "Spec"
+    DETECTED = "Detected"
+
+
+class TopologyLevel(KubeModel):
+    """TopologyLevel is one level of the interconnect hierarchy: a name and the node label
+    whose value names a node's domain at that level."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="name of the level, a DNS label such as nvlink, block, rack or spine. "
+        "Jobs name it in topology.level.",
+    )
+    node_label: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_KEY_LENGTH,
+        pattern=LABEL_KEY_PATTERN,
+        description="nodeLabel is the node label whose value names the domain at this level, "
+        "for example nvidia.com/gpu.clique, cloud.google.com/gce-topology-block or "
+        "topology.k8s.aws/network-node-layer-1.",
+    )
+
+
+class EffectiveTopologyLevel(TopologyLevel):
+    """EffectiveTopologyLevel is a topology level the operator uses, and where it came from."""
+
+    source: LevelSource = Field(
+        default=LevelSource.SPEC,
+        description="source says where the level came from: Spec (spec.topologyLevels) or "
+        "Detected (well-known node labels).",
+    )
+
+
+class GPUPoolSpec(KubeModel):
+    """GPUPoolSpec is the desired state of a GPUPool."""
+
+    node_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="nodeSelector selects the pool's nodes by label (a metav1.LabelSelector). "
+        "Empty selects every node that has the GPU resource.",
+        json_schema_extra={"default": {}},
+    )
+    gpu_resource_name: str = Field(
+        default=DEFAULT_GPU_RESOURCE_NAME,
+        min_length=1,
+        max_length=MAX_LABEL_KEY_LENGTH,
+        pattern=LABEL_KEY_PATTERN,
+        description="gpuResourceName is the extended resource that counts GPUs on the pool's "
+        "nodes and that pods request.",
+    )
+    topology_levels: list[TopologyLevel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="topologyLevels are the interconnect levels of the pool, narrowest first "
+        "(for example nvlink, then block, then spine). When empty, the operator detects them "
+        "from well-known node labels (nvidia.com/gpu.clique, cloud.google.com/gce-topology-"
+        "block, topology.k8s.aws/network-node-layer-N, ...). The node itself is always the "
+        "narrowest level, named hostname.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(l, self.exists_one(m, m.name == l.name))",
+                    "message": "topologyLevels names must be unique",
+                }
+            ]
+        },
+    )
+    capacity_type: CapacityType = Field(
+        default=CapacityType.AUTO,
+        description="capacityType says whether the nodes are Spot, OnDemand, or Auto: detected "
+        "per node from karpenter.sh/capacity-type, cloud.google.com/gke-spot, "
+        "eks.amazonaws.com/capacityType or kubernetes.azure.com/scalesetpriority (a node "
+        "without these labels counts as on-demand).",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=32,
+        description="tolerations are added to every pod the operator places in the pool (for "
+        "example to tolerate a nvidia.com/gpu or spot taint).",
+    )
+    price_per_gpu_hour: Optional[float] = Field(
+        default=None,
+        alias="pricePerGPUHour",
+        ge=0,
+        description="pricePerGPUHour is the price of one GPU-hour in the pool, in any currency "
+        "unit, used to report job cost. Empty means no cost is reported.",
+    )
+
+    @field_validator("topology_levels")
+    @classmethod
+    def _unique_level_names(cls, levels: list[TopologyLevel]) -> list[TopologyLevel]:
+        names = [level.name for level in levels]
+        if len(names) != len(set(names)):
+            raise ValueError("topologyLevels names must be unique")
+        return levels
+
+
+class NodeCounts(KubeModel):
+    """NodeCounts counts a pool's nodes."""
+
+    total: int = Field(default=0, ge=0, description="total is the number of selected nodes.")
+    ready: int = Field(
+        default=0, ge=0, description="ready is the number of nodes that are Ready and "
+        "schedulable."
+    )
+    spot: int = Field(default=0, ge=0, description="spot is the number of spot nodes.")
+    on_demand: int = Field(
+        default=0, ge=0, description="onDemand is the number of on-demand nodes."
+    )
+
+
+class GPUCounts(KubeModel):
+    """GPUCounts counts GPUs."""
+
+    capacity: int = Field(
+        default=0, ge=0, description="capacity is the GPUs the nodes have (node capacity)."
+    )
+    allocatable: int = Field(
+        default=0,
+        ge=0,
+        description="allocatable is the GPUs that pods can use on Ready, schedulable nodes.",
+    )
+    allocated: int = Field(
+        default=0, ge=0, description="allocated is the GPUs requested by pods bound to the "
+        "nodes."
+    )
+    free: int = Field(
+        default=0, ge=0, description="free is allocatable minus allocated (never negative)."
+    )
+
+
+class TopologyDomain(KubeModel):
+    """TopologyDomain is one domain of one topology level: the nodes sharing a label value."""
+
+    level: str = Field(
+        max_length=MAX_LABEL_LENGTH,
+        description="level is the name of the topology level.",
+    )
+    name: str = Field(
+        max_length=MAX_LABEL_LENGTH,
+        description="name is the domain's node label value at that level.",
+    )
+    nodes: int = Field(default=0, ge=0, description="nodes is the number of nodes in the domain.")
+    gpus: GPUCounts = Field(
+        default_factory=GPUCounts,
+        description="gpus counts the domain's GPUs.",
+    )
+
+
+class PoolWorkload(KubeModel):
+    """PoolWorkload is a workload holding GPUs in the pool."""
+
+    kind: str = Field(
+        max_length=MAX_LABEL_LENGTH,
+        description="kind of the workload: TrainingJob or InferenceService.",
+    )
+    namespace: str = Field(
+        max_length=MAX_LABEL_LENGTH, description="namespace of the workload."
+    )
+    name: str = Field(max_length=MAX_NAME_LENGTH, description="name of the workload.")
+    gpus: int = Field(default=0, ge=0, description="gpus is the number of GPUs it holds.")
+
+
+class GPUPoolStatus(KubeModel):
+    """GPUPoolStatus is the observed state of a GPUPool."""
+
+    observed_generation: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="observedGeneration is the .metadata.generation this status was computed "
+        "from.",
+    )
+    conditions: list[Condition] = conditions_field("Ready")
+    topology_levels: list[EffectiveTopologyLevel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="topologyLevels are the effective levels, narrowest first, from the spec or "
+        "detected from node labels.",
+    )
+    nodes: NodeCounts = Field(
+        default_factory=NodeCounts, description="nodes counts the pool's nodes."
+    )
+    gpus: GPUCounts = Field(default_factory=GPUCounts, description="gpus counts all the pool's "
+                            "GPUs.")
+    spot_gpus: GPUCounts = Field(
+        default_factory=GPUCounts,
+        alias="spotGPUs",
+        description="spotGPUs counts the GPUs on spot nodes.",
+    )
+    on_demand_gpus: GPUCounts = Field(
+        default_factory=GPUCounts,
+        alias="onDemandGPUs",
+        description="onDemandGPUs counts the GPUs on on-demand nodes.",
+    )
+    domains: list[TopologyDomain] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="domains are the pool's topology domains at every level, with their GPUs.",
+    )
+    workloads: list[PoolWorkload] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="workloads are the jobs and services that hold GPUs in the pool.",
+    )
+
+
+class GPUPool(KubeModel):
+    """GPUPool is a named set of GPU nodes: how to select them, their interconnect topology,
+    spot or on-demand capacity, and the GPUs free in each topology domain."""
+
+    KIND: ClassVar[str] = "GPUPool"
+    PLURAL: ClassVar[str] = "gpupools"
+    SINGULAR: ClassVar[str] = "gpupool"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("gpool",)
+    CATEGORIES: ClassVar[tuple[str, ...]] = ("kubeforge",)
+    NAMESPACED: ClassVar[bool] = False
+    PRINTER_COLUMNS: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes.total"},
+        {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus.allocatable"},
+        {"name": "Free", "type": "integer", "jsonPath": ".status.gpus.free"},
+        {"name": "Allocated", "type": "integer", "jsonPath": ".status.gpus.allocated"},
+        {"name": "Spot GPUs", "type": "integer", "jsonPath": ".status.spotGPUs.allocatable"},
+        {
+            "name": "Ready",
+            "type": "string",
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    )
+
+    api_version: Literal["kubeforge.io/v1alpha1"] = Field(
+        default=API_VERSION, description="apiVersion is kubeforge.io/v1alpha1."
+    )
+    kind: Literal["GPUPool"] = Field(default="GPUPool", description="kind is GPUPool.")
+    metadata: ObjectMeta = Field(
+        default_factory=ObjectMeta, description="metadata is the object's metadata."
+    )
+    spec: GPUPoolSpec = Field(
+        default_factory=GPUPoolSpec,
+        description="spec is the desired state of the pool.",
+        json_schema_extra={"default": {}},
+    )
+    status: Optional[GPUPoolStatus] = Field(
+        default=None, description="status is the observed state of the pool."
+    )

@@ -1,0 +1,326 @@
+"""InferenceService: model-server replicas on GPUs behind one Service, scaled on queue depth."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, ClassVar, Literal, Optional
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from .. import API_VERSION
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel
+from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
+from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
+
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+
+
+class ServingTopology(KubeModel):
+    """ServingTopology says which topology domain each replica's GPUs must share."""
+
+    mode: TopologyMode = Field(
+        default=TopologyMode.REQUIRED,
+        description="mode is Required (each replica's GPUs inside one domain of the level, or "
+        "the replica waits), Preferred (inside one domain when possible) or None.",
+    )
+    level: Optional[str] = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_LABEL_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="level is the name of the pool's topology level (for example nvlink) that "
+        "each replica stays inside; empty means one node.",
+    )
+
+
+class Metric(str, Enum):
+    """Metric is the queue metric that drives autoscaling."""
+
+    VLLM_WAITING = "VLLMWaiting"
+    SGLANG_QUEUE = "SGLangQueue"
+    CUSTOM = "Custom"
+
+
+class ScaleUpRules(KubeModel):
+    """ScaleUpRules limit how fast replicas are added."""
+
+    stabilization_window_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="stabilizationWindowSeconds: the service scales up to the lowest "
+        "recommendation of this window, so short spikes do not add replicas (0 reacts at once).",
+    )
+    max_step: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="maxStep is the most replicas added in one periodSeconds.",
+    )
+    period_seconds: int = Field(
+        default=15,
+        ge=1,
+        le=1800,
+        description="periodSeconds is the period that maxStep applies to.",
+    )
+
+
+class ScaleDownRules(KubeModel):
+    """ScaleDownRules limit how fast replicas are removed."""
+
+    stabilization_window_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="stabilizationWindowSeconds: the service scales down to the highest "
+        "recommendation of this window, so a short lull does not remove replicas.",
+    )
+    max_step: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="maxStep is the most replicas removed in one periodSeconds.",
+    )
+    period_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=1800,
+        description="periodSeconds is the period that maxStep applies to.",
+    )
+
+
+class Autoscaling(KubeModel):
+    """Autoscaling sizes the service from a queue metric read from Prometheus:
+    desired = ceil(metric / targetPerReplica), within minReplicas and maxReplicas."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.metric != 'Custom' || (has(self.query) && self.query != '')",
+                    "message": "autoscaling.query is required when autoscaling.metric is Custom",
+                }
+            ]
+        }
+    )
+
+    prometheus_url: str = Field(
+        default=DEFAULT_PROMETHEUS_URL,
+        alias="prometheusURL",
+        min_length=1,
+        max_length=2048,
+        pattern=r"^https?://",
+        description="prometheusURL is the base URL of the Prometheus HTTP API to query.",
+    )
+    metric: Metric = Field(
+        default=Metric.VLLM_WAITING,
+        description="metric is VLLMWaiting (mean of vllm:num_requests_waiting over the "
+        "service's pods), SGLangQueue (mean of sglang:num_queue_reqs) or Custom (query).",
+    )
+    query: Optional[str] = Field(
+        default=None,
+        max_length=4096,
+        description="query is a PromQL expression returning one number: the queue length of "
+        "the whole service. Required when metric is Custom, ignored otherwise. The "
+        "placeholders {{namespace}} and {{name}} are replaced by the service's.",
+    )
+    target_per_replica: float = Field(
+        default=4.0,
+        gt=0,
+        description="targetPerReplica is the queue length that one replica should carry.",
+    )
+    tolerance: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="tolerance is the relative change (metric per replica against target) "
+        "below which the replica count is left alone.",
+    )
+    activation_threshold: float = Field(
+        default=0.0,
+        ge=0,
+        description="activationThreshold: a service at zero replicas is scaled up only when "
+        "the metric is above this value (as KEDA's activation threshold).",
+    )
+    scale_to_zero_after_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86400,
+        description="scaleToZeroAfterSeconds is how long the metric must stay at or below "
+        "activationThreshold before a service with minReplicas 0 is scaled to zero.",
+    )
+    polling_interval_seconds: int = Field(
+        default=5,
+        ge=1,
+        le=300,
+        description="pollingIntervalSeconds is how often the metric is read.",
+    )
+    scale_up: ScaleUpRules = Field(
+        default_factory=ScaleUpRules,
+        description="scaleUp limits how fast replicas are added.",
+        json_schema_extra={"default": {}},
+    )
+    scale_down: ScaleDownRules = Field(
+        default_factory=ScaleDownRules,
+        description="scaleDown limits how fast replicas are removed.",
+        json_schema_extra={"default": {}},
+    )
+
+    @model_validator(mode="after")
+    def _custom_needs_query(self) -> "Autoscaling":
+        if self.metric == Metric.CUSTOM and not self.query:
+            raise ValueError("autoscaling.query is required when autoscaling.metric is Custom")
+        return self
+
+
+class InferenceServiceSpec(KubeModel):
+    """InferenceServiceSpec is the desired state of an InferenceService."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be less than or equal to maxReplicas",
+                }
+            ]
+        }
+    )
+
+    pools: list[PoolName] = pools_field("service's replicas")
+    gpus_per_replica: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="gpusPerReplica is the number of GPUs each replica (model-server pod) "
+        "requests.",
+    )
+    template: PodTemplate = Field(
+        description="template is the pod template of every replica (a core/v1 "
+        "PodTemplateSpec), for example a vLLM, SGLang or Triton container. The operator adds "
+        "GPU resources, node affinity and the pool's tolerations.",
+    )
+    port: int = Field(
+        default=8000,
+        ge=1,
+        le=65535,
+        description="port is the container port the model server listens on; the Service "
+        "exposes it under the same number.",
+    )
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="minReplicas is the fewest replicas; 0 allows scale to zero when the "
+        "queue stays empty.",
+    )
+    max_replicas: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="maxReplicas is the most replicas.",
+    )
+    topology: ServingTopology = Field(
+        default_factory=ServingTopology,
+        description="topology keeps each multi-GPU replica inside one node or NVLink domain.",
+        json_schema_extra={"default": {}},
+    )
+    autoscaling: Autoscaling = Field(
+        default_factory=Autoscaling,
+        description="autoscaling sizes the service from its request queue.",
+        json_schema_extra={"default": {}},
+    )
+
+    _check_pools = field_validator("pools")(check_unique_pools)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> "InferenceServiceSpec":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        return self
+
+
+class ScaleDirection(str, Enum):
+    """ScaleDirection is the direction of a scale change."""
+
+    UP = "Up"
+    DOWN = "Down"
+
+
+class InferenceServiceStatus(KubeModel):
+    """InferenceServiceStatus is the observed state of an InferenceService."""
+
+    observed_generation: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="observedGeneration is the .metadata.generation this status was computed "
+        "from.",
+    )
+    replicas: int = Field(default=0, ge=0, description="replicas is the number of replica pods.")
+    ready_replicas: int = Field(
+        default=0, ge=0, description="readyReplicas is the number of Ready replica pods."
+    )
+    desired_replicas: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="desiredReplicas is the replica count the autoscaler last chose.",
+    )
+    last_metric_value: Optional[float] = Field(
+        default=None, description="lastMetricValue is the last queue metric read."
+    )
+    last_metric_time: Optional[datetime] = Field(
+        default=None, description="lastMetricTime is when lastMetricValue was read."
+    )
+    last_scale_time: Optional[datetime] = Field(
+        default=None, description="lastScaleTime is when the replica count last changed."
+    )
+    last_scale_direction: Optional[ScaleDirection] = Field(
+        default=None, description="lastScaleDirection is Up or Down."
+    )
+    conditions: list[Condition] = conditions_field("Ready, ScalingActive, ScalingLimited")
+    url: Optional[str] = Field(
+        default=None,
+        max_length=2048,
+        description="url is the in-cluster address of the service: "
+        "http://NAME.NAMESPACE.svc:PORT.",
+    )
+
+
+class InferenceService(KubeModel):
+    """InferenceService runs model-server replicas on GPUs behind one Service, scaled between
+    minReplicas and maxReplicas (down to zero if allowed) on the depth of the request queue."""
+
+    KIND: ClassVar[str] = "InferenceService"
+    PLURAL: ClassVar[str] = "inferenceservices"
+    SINGULAR: ClassVar[str] = "inferenceservice"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("infsvc", "kfis")
+    CATEGORIES: ClassVar[tuple[str, ...]] = ("kubeforge",)
+    NAMESPACED: ClassVar[bool] = True
+    PRINTER_COLUMNS: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+        {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+        {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+        {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+        {"name": "Queue", "type": "number", "jsonPath": ".status.lastMetricValue"},
+        {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    )
+
+    api_version: Literal["kubeforge.io/v1alpha1"] = Field(
+        default=API_VERSION, description="apiVersion is kubeforge.io/v1alpha1."
+    )
+    kind: Literal["InferenceService"] = Field(
+        default="InferenceService", description="kind is InferenceService."
+    )
+    metadata: ObjectMeta = Field(
+        default_factory=ObjectMeta, description="metadata is the object's metadata."
+    )
+    spec: InferenceServiceSpec = Field(description="spec is the desired state of the service.")
+    status: Optional[InferenceServiceStatus] = Field(
+        default=None, description="status is the observed state of the service."
+    )
+
+    def service_url(self) -> str:
+        """Returns the in-cluster URL, http://NAME.NAMESPACE.svc:PORT."""
+        return f"http://{self.metadata.name}.{self.metadata.namespace}.svc:{self.spec.port}"

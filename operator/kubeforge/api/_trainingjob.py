@@ -1,0 +1,393 @@
+"""TrainingJob: a gang of worker pods that run one distributed training program."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Literal, Optional
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from .. import API_VERSION
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, MAX_NAME_LENGTH, KubeModel
+from ._core import Condition, ObjectMeta, PodTemplate, Quantity, conditions_field
+from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
+
+NodeName = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
+
+
+class TrainingTopology(KubeModel):
+    """TrainingTopology says which topology domain the job's replicas must share."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.mode != 'Required' || has(self.level)",
+                    "message": "topology.level is required when topology.mode is Required",
+                }
+            ]
+        }
+    )
+
+    mode: TopologyMode = Field(
+        default=TopologyMode.PREFERRED,
+        description="mode is Required (all replicas in one domain of the level, or the job "
+        "waits), Preferred (the narrowest domain that fits, else spread over the pool) or "
+        "None (anywhere in the pool).",
+    )
+    level: Optional[str] = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_LABEL_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="level is the name of the pool's topology level (see GPUPool "
+        "status.topologyLevels) whose domain the replicas stay inside. Required when mode is "
+        "Required; with Preferred it is the widest level tried before spreading.",
+    )
+
+    @model_validator(mode="after")
+    def _required_needs_level(self) -> "TrainingTopology":
+        if self.mode == TopologyMode.REQUIRED and not self.level:
+            raise ValueError("topology.level is required when topology.mode is Required")
+        return self
+
+
+class AccessMode(str, Enum):
+    """AccessMode is a PersistentVolumeClaim access mode."""
+
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+    READ_ONLY_MANY = "ReadOnlyMany"
+
+
+class DeletionPolicy(str, Enum):
+    """DeletionPolicy says what happens to the checkpoint volume when the job is deleted."""
+
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
+class Checkpoint(KubeModel):
+    """Checkpoint describes the volume that holds the job's checkpoints, mounted in every
+    worker, so that a restarted job resumes from its last checkpoint."""
+
+    size: Quantity = Field(
+        default="10Gi",
+        description="size is the capacity requested for the checkpoint volume (a quantity "
+        "such as 10Gi).",
+    )
+    storage_class_name: Optional[str] = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        description="storageClassName is the StorageClass of the checkpoint volume; empty uses "
+        "the cluster's default StorageClass.",
+    )
+    access_modes: list[AccessMode] = Field(
+        default=[AccessMode.READ_WRITE_MANY],
+        min_length=1,
+        max_length=4,
+        description="accessModes of the checkpoint volume. ReadWriteMany lets workers on "
+        "different nodes share it.",
+    )
+    mount_path: str = Field(
+        default="/checkpoints",
+        min_length=1,
+        max_length=1024,
+        description="mountPath is the absolute path where the volume is mounted in every "
+        "worker; it is also passed to the workload as KUBEFORGE_CHECKPOINT_DIR.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.startsWith('/')",
+                    "message": "checkpoint.mountPath must be an absolute path (start with /)",
+                }
+            ]
+        },
+    )
+    deletion_policy: DeletionPolicy = Field(
+        default=DeletionPolicy.RETAIN,
+        description="deletionPolicy is Retain (keep the volume claim when the job is deleted) "
+        "or Delete (delete it with the job).",
+    )
+    existing_claim_name: Optional[str] = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        description="existingClaimName names a PersistentVolumeClaim in the job's namespace to "
+        "use instead of creating one. The operator never deletes it; size, storageClassName, "
+        "accessModes and deletionPolicy are then ignored.",
+    )
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("checkpoint.mountPath must be an absolute path (start with /)")
+        return value
+
+
+class FailurePolicy(KubeModel):
+    """FailurePolicy says how the job reacts to failed and preempted workers. A failure or a
+    preemption restarts the whole gang from the last checkpoint."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.backoffSeconds <= self.maxBackoffSeconds",
+                    "message": "failurePolicy.backoffSeconds must not exceed "
+                    "failurePolicy.maxBackoffSeconds",
+                }
+            ]
+        }
+    )
+
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="maxRestarts is how many times the job is restarted after real failures "
+        "(a worker exits non-zero) before it is marked Failed. Preemptions (spot reclaim, "
+        "node drain, eviction) never count.",
+    )
+    backoff_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=3600,
+        description="backoffSeconds is the wait before the first restart after a failure; it "
+        "doubles with each further failure.",
+    )
+    max_backoff_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=86400,
+        description="maxBackoffSeconds caps the exponential backoff.",
+    )
+    preemptions_before_fallback: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="preemptionsBeforeFallback is how many preemptions in a pool move the job "
+        "to the next pool in pools (0 moves it at the first preemption).",
+    )
+
+    @model_validator(mode="after")
+    def _backoff_within_cap(self) -> "FailurePolicy":
+        if self.backoff_seconds > self.max_backoff_seconds:
+            raise ValueError(
+                "failurePolicy.backoffSeconds must not exceed failurePolicy.maxBackoffSeconds"
+            )
+        return self
+
+
+class TrainingJobSpec(KubeModel):
+    """TrainingJobSpec is the desired state of a TrainingJob."""
+
+    pools: list[PoolName] = pools_field("job")
+    replicas: int = Field(
+        ge=1,
+        le=1024,
+        description="replicas is the number of worker pods, started and restarted together "
+        "as a gang (typically one per node).",
+    )
+    gpus_per_replica: int = Field(
+        ge=1,
+        le=64,
+        description="gpusPerReplica is the number of GPUs each worker pod requests (and the "
+        "torchrun nproc-per-node).",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000000,
+        le=1000000,
+        description="priority orders jobs waiting for GPUs: higher is admitted first.",
+    )
+    template: PodTemplate = Field(
+        description="template is the pod template of every worker (a core/v1 PodTemplateSpec). "
+        "The operator adds GPU resources, node affinity, tolerations, the checkpoint volume "
+        "and the torchrun environment (PET_*, WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT).",
+    )
+    topology: TrainingTopology = Field(
+        default_factory=TrainingTopology,
+        description="topology says how tightly the replicas are packed in the pool's "
+        "interconnect hierarchy.",
+        json_schema_extra={"default": {}},
+    )
+    checkpoint: Checkpoint = Field(
+        default_factory=Checkpoint,
+        description="checkpoint is the volume that keeps checkpoints across restarts.",
+        json_schema_extra={"default": {}},
+    )
+    failure_policy: FailurePolicy = Field(
+        default_factory=FailurePolicy,
+        description="failurePolicy says how failures and preemptions are retried.",
+        json_schema_extra={"default": {}},
+    )
+    suspend: bool = Field(
+        default=False,
+        description="suspend stops the job's pods (keeping its checkpoints) while true; "
+        "setting it back to false resumes the job.",
+    )
+
+    _check_pools = field_validator("pools")(check_unique_pools)
+
+
+class TrainingJobPhase(str, Enum):
+    """TrainingJobPhase is a one-word summary of a TrainingJob's state."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Placement(KubeModel):
+    """Placement is where the job's replicas were placed, and why."""
+
+    pool: Optional[str] = Field(
+        default=None, max_length=MAX_NAME_LENGTH, description="pool is the chosen GPUPool."
+    )
+    level: Optional[str] = Field(
+        default=None,
+        max_length=MAX_LABEL_LENGTH,
+        description="level is the topology level of the chosen domain.",
+    )
+    domain: Optional[str] = Field(
+        default=None,
+        max_length=MAX_LABEL_LENGTH,
+        description="domain is the chosen domain (its node label value at that level).",
+    )
+    nodes: list[NodeName] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="nodes are the node names, in rank order (replica i runs on nodes[i]).",
+    )
+    reason: Optional[str] = Field(
+        default=None,
+        max_length=4096,
+        description="reason explains the choice, or why the job cannot be placed yet.",
+    )
+
+
+class RestartCounts(KubeModel):
+    """RestartCounts counts the job's restarts, by cause."""
+
+    failures: int = Field(
+        default=0, ge=0, description="failures is the number of restarts after real failures."
+    )
+    preemptions: int = Field(
+        default=0,
+        ge=0,
+        description="preemptions is the number of restarts after preemption (spot reclaim, "
+        "drain, eviction); they do not count against maxRestarts.",
+    )
+
+
+class LastCheckpoint(KubeModel):
+    """LastCheckpoint is the latest checkpoint the workload reported."""
+
+    step: Optional[int] = Field(
+        default=None, ge=0, description="step is the training step of the checkpoint."
+    )
+    path: Optional[str] = Field(
+        default=None, max_length=4096, description="path of the checkpoint in the volume."
+    )
+    time: Optional[datetime] = Field(
+        default=None, description="time the checkpoint was written."
+    )
+
+
+class ReplicaCounts(KubeModel):
+    """ReplicaCounts counts the job's worker pods."""
+
+    active: int = Field(default=0, ge=0, description="active is the number of pods running or "
+                        "pending.")
+    ready: int = Field(default=0, ge=0, description="ready is the number of Ready pods.")
+    succeeded: int = Field(
+        default=0, ge=0, description="succeeded is the number of pods that exited 0."
+    )
+    failed: int = Field(default=0, ge=0, description="failed is the number of failed pods.")
+
+
+class TrainingJobStatus(KubeModel):
+    """TrainingJobStatus is the observed state of a TrainingJob."""
+
+    observed_generation: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="observedGeneration is the .metadata.generation this status was computed "
+        "from.",
+    )
+    phase: Optional[TrainingJobPhase] = Field(
+        default=None,
+        description="phase summarizes the job: Pending, Running, Restarting, Succeeded, Failed "
+        "or Suspended.",
+    )
+    conditions: list[Condition] = conditions_field(
+        "Admitted, Running, Preempted, Succeeded, Failed, Suspended"
+    )
+    placement: Optional[Placement] = Field(
+        default=None, description="placement is where the replicas run."
+    )
+    restarts: RestartCounts = Field(
+        default_factory=RestartCounts, description="restarts counts restarts by cause."
+    )
+    last_checkpoint: Optional[LastCheckpoint] = Field(
+        default=None, description="lastCheckpoint is the latest checkpoint reported."
+    )
+    start_time: Optional[datetime] = Field(
+        default=None, description="startTime is when all replicas first ran."
+    )
+    completion_time: Optional[datetime] = Field(
+        default=None, description="completionTime is when the job succeeded or failed."
+    )
+    gpu_hours: float = Field(
+        default=0.0, ge=0, description="gpuHours is the GPU time the job has used, in hours."
+    )
+    cost: Optional[float] = Field(
+        default=None,
+        ge=0,
+        description="cost is gpuHours priced at each pool's pricePerGPUHour (empty when no "
+        "pool has a price).",
+    )
+    replicas: ReplicaCounts = Field(
+        default_factory=ReplicaCounts, description="replicas counts the worker pods."
+    )
+
+
+class TrainingJob(KubeModel):
+    """TrainingJob runs a gang of worker pods for one distributed training program, placed
+    inside the fastest interconnect domain that fits, restarted from its last checkpoint after
+    failures and preemptions."""
+
+    KIND: ClassVar[str] = "TrainingJob"
+    PLURAL: ClassVar[str] = "trainingjobs"
+    SINGULAR: ClassVar[str] = "trainingjob"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("tj", "tjob")
+    CATEGORIES: ClassVar[tuple[str, ...]] = ("kubeforge",)
+    NAMESPACED: ClassVar[bool] = True
+    PRINTER_COLUMNS: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Pool", "type": "string", "jsonPath": ".status.placement.pool"},
+        {"name": "Domain", "type": "string", "jsonPath": ".status.placement.domain"},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+        {"name": "GPUs/Replica", "type": "integer", "jsonPath": ".spec.gpusPerReplica"},
+        {"name": "Preemptions", "type": "integer", "jsonPath": ".status.restarts.preemptions"},
+        {"name": "Failures", "type": "integer", "jsonPath": ".status.restarts.failures"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    )
+
+    api_version: Literal["kubeforge.io/v1alpha1"] = Field(
+        default=API_VERSION, description="apiVersion is kubeforge.io/v1alpha1."
+    )
+    kind: Literal["TrainingJob"] = Field(default="TrainingJob", description="kind is TrainingJob.")
+    metadata: ObjectMeta = Field(
+        default_factory=ObjectMeta, description="metadata is the object's metadata."
+    )
+    spec: TrainingJobSpec = Field(description="spec is the desired state of the job.")
+    status: Optional[TrainingJobStatus] = Field(
+        default=None, description="status is the observed state of the job."
+    )
