@@ -1,0 +1,375 @@
+"""Pure autoscaler core: kubeforge.autoscaling.decide and its state."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubeforge.autoscaling import (
+    MAX_EVENTS,
+    MAX_RECOMMENDATIONS,
+    AutoscalerState,
+    AutoscalingPolicy,
+    Decision,
+    Sample,
+    decide,
+    fresh_value,
+)
+
+T0 = 1_700_000_000.0
+
+
+def policy(**overrides) -> AutoscalingPolicy:
+    """Default policy with overrides (the small builder)."""
+    return AutoscalingPolicy(**overrides)
+
+
+def warm_state(replicas: int, at: float = T0 - 3600) -> AutoscalerState:
+    """A state whose last decision was long ago (no seed hold, no recent events, idle clock unset)."""
+    return AutoscalerState(last_decision_time=at)
+
+
+def run(pol, current, steps, state=None, placeable=None):
+    """Apply decisions in sequence, following desired. steps: [(t_offset, metric)]."""
+    state = state if state is not None else warm_state(current)
+    out: list[tuple[float, Decision]] = []
+    for dt, metric in steps:
+        d = decide(pol, state, current, metric, T0 + dt, placeable)
+        out.append((dt, d))
+        state, current = d.state, d.desired
+    return out
+
+
+def trace(results) -> list[int]:
+    return [d.desired for _, d in results]
+
+
+# --- single decisions, table-driven ---------------------------------------------------------
+
+CASES = [
+    # id, policy overrides, current, metric, placeable, desired, direction, limited code
+    ("spike-default", {}, 1, 100.0, None, 4, "Up", "TooManyReplicas"),
+    ("steady", {}, 2, 8.0, None, 2, None, "DesiredWithinRange"),
+    ("tolerance-above", {}, 2, 8.7, None, 2, None, "DesiredWithinRange"),
+    ("tolerance-below", {}, 2, 7.3, None, 2, None, "DesiredWithinRange"),
+    ("outside-tolerance", {}, 2, 9.0, None, 3, "Up", "DesiredWithinRange"),
+    ("tolerance-zero", {"tolerance": 0.0}, 2, 8.1, None, 3, "Up", "DesiredWithinRange"),
+    ("step-limit", {"max_replicas": 20, "panic_threshold": 0}, 2, 80.0, None, 6, "Up", "ScaleUpLimit"),
+    ("panic-skips-step", {"max_replicas": 20}, 2, 80.0, None, 20, "Up", "DesiredWithinRange"),
+    ("panic-below-threshold", {"max_replicas": 20, "scale_up_max_step": 1}, 4, 31.0, None, 5, "Up", "ScaleUpLimit"),
+    ("clamp-max", {"max_replicas": 3}, 3, 40.0, None, 3, None, "TooManyReplicas"),
+    ("idle-at-min", {"min_replicas": 2}, 2, 0.0, None, 2, None, "TooFewReplicas"),
+    ("above-max", {"max_replicas": 3}, 6, 40.0, None, 3, "Down", "DesiredWithinRange"),
+    ("below-min", {"min_replicas": 2}, 1, 0.0, None, 2, "Up", "DesiredWithinRange"),
+    ("from-zero", {"min_replicas": 0}, 0, 1.0, None, 1, "Up", "DesiredWithinRange"),
+    ("from-zero-burst", {"min_replicas": 0}, 0, 12.0, None, 3, "Up", "DesiredWithinRange"),
+    ("zero-below-activation", {"min_replicas": 0, "activation_threshold": 5}, 0, 5.0, None, 0, None, "DesiredWithinRange"),
+    ("zero-above-activation", {"min_replicas": 0, "activation_threshold": 5}, 0, 5.5, None, 2, "Up", "DesiredWithinRange"),
+    ("capacity-cap", {"max_replicas": 10, "gpus_per_replica": 8}, 3, 20.0, 4, 4, "Up", "InsufficientCapacity"),
+    ("capacity-full", {"max_replicas": 10}, 3, 20.0, 3, 3, None, "InsufficientCapacity"),
+    ("capacity-below-current", {"max_replicas": 10}, 5, 40.0, 2, 5, None, "InsufficientCapacity"),
+    ("capacity-no-effect-down", {"scale_down_stabilization_seconds": 0}, 3, 0.0, 1, 2, "Down", "ScaleDownLimit"),
+    ("capacity-zero-from-zero", {"min_replicas": 0}, 0, 9.0, 0, 0, None, "InsufficientCapacity"),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides,current,metric,placeable,desired,direction,code",
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_single_decision(overrides, current, metric, placeable, desired, direction, code):
+    d = decide(policy(**overrides), warm_state(current), current, metric, T0, placeable)
+    assert (d.desired, d.direction, d.limited_condition_reason) == (desired, direction, code), d.reason
+    assert d.limited == (code != "DesiredWithinRange")
+    assert d.scaling_active and d.inactive_reason is None
+    assert f"desired {desired}" in d.reason
+
+
+def test_spike_reacts_in_one_decision_with_default_policy():
+    d = decide(policy(), AutoscalerState(), 1, 100.0, T0)
+    assert d.desired == 4 and d.direction == "Up"
+    assert d.limited and "maxReplicas 4" in d.limited_reason
+    assert "queue 100 on 1 replica" in d.reason and "recommends 25" in d.reason
+
+
+def test_step_limit_counts_from_the_start_of_the_period():
+    pol = policy(max_replicas=20, panic_threshold=0)
+    res = run(pol, 2, [(0, 80.0), (5, 80.0), (14, 80.0), (15, 80.0), (30, 80.0), (45, 80.0)])
+    assert trace(res) == [6, 6, 6, 10, 14, 18]
+    assert res[1][1].limited_condition_reason == "ScaleUpLimit"
+    assert "4 per 15s from 2" in res[1][1].limited_reason
+
+
+def test_quiet_queue_scales_down_only_after_stabilization_window():
+    pol = policy(max_replicas=8)
+    # busy at 4 replicas, then the queue empties at t=0
+    state = run(pol, 4, [(-30, 16.0)])[-1][1].state
+    res = run(pol, 4, [(t, 0.0) for t in range(0, 181, 5)], state=state)
+    by_time = {t: d.desired for t, d in res}
+    assert all(by_time[t] == 4 for t in range(0, 30, 5))  # window still sees the 4 at t=-30
+    assert by_time[30] == 3  # window (t-60, t] no longer holds it; one step down
+    assert by_time[55] == 3  # 1 per 30 s
+    assert by_time[60] == 2 and by_time[90] == 1
+    assert by_time[180] == 1  # min_replicas
+    assert res[-1][1].limited_condition_reason == "TooFewReplicas"
+
+
+def test_scale_down_held_by_recent_high_recommendation():
+    pol = policy(max_replicas=8)
+    res = run(pol, 4, [(0, 16.0), (20, 0.0), (40, 16.5), (70, 0.0), (99, 0.0), (101, 0.0)])
+    assert trace(res) == [4, 4, 4, 4, 4, 3]
+    assert "scale-down stabilization window" in res[1][1].reason
+
+
+def test_fresh_state_seeds_current_and_holds_scale_down():
+    pol = policy(max_replicas=8)
+    d = decide(pol, AutoscalerState(), 4, 0.0, T0)
+    assert d.desired == 4  # like the HPA seeding from status.desiredReplicas after a restart
+    d2 = decide(pol, d.state, 4, 0.0, T0 + 61)
+    assert d2.desired == 3
+
+
+def test_scale_up_stabilization_window_uses_minimum():
+    pol = policy(max_replicas=10, scale_up_stabilization_seconds=30, panic_threshold=0)
+    res = run(pol, 2, [(0, 8.0), (10, 40.0), (20, 40.0), (31, 40.0)])
+    assert trace(res) == [2, 2, 2, 6]
+
+
+def test_flapping_metric_does_not_flap_replicas():
+    pol = policy(max_replicas=8)
+    steps = [(t, 16.0 if (t // 10) % 2 == 0 else 4.0) for t in range(0, 300, 5)]
+    res = run(pol, 4, steps)
+    assert set(trace(res)) == {4}
+
+
+def test_scale_to_zero_only_after_idle_period_then_back():
+    pol = policy(min_replicas=0, scale_to_zero_after_seconds=300)
+    res = run(pol, 2, [(0, 8.0)] + [(t, 0.0) for t in range(15, 301, 15)] + [(330, 0.0), (345, 3.0)])
+    by_time = {t: d for t, d in res}
+    assert by_time[0].desired == 2  # active at t=0: the idle clock starts here
+    assert by_time[45].desired == 2  # scale-down window still holds the 2 from t=0
+    assert all(by_time[t].desired == 1 for t in range(60, 300, 15))  # held at one while idle
+    assert "scale to zero in 150s" in by_time[150].reason
+    assert by_time[300].desired == 0 and by_time[300].direction == "Down"
+    assert "scaling to zero" in by_time[300].reason and not by_time[300].limited
+    assert by_time[330].desired == 0  # stays at zero
+    assert by_time[345].desired == 1 and by_time[345].direction == "Up"
+
+
+def test_activation_threshold_resets_idle_clock_and_gates_wakeup():
+    pol = policy(min_replicas=0, activation_threshold=2.0, scale_to_zero_after_seconds=100)
+    # metric 2 (at the threshold) counts as idle; metric 3 is active
+    res = run(pol, 1, [(0, 3.0), (50, 2.0), (99, 2.0), (101, 2.0), (120, 2.0), (130, 2.5)])
+    assert trace(res) == [1, 1, 1, 0, 0, 1]
+
+
+def test_metric_activity_postpones_scale_to_zero():
+    pol = policy(min_replicas=0, scale_to_zero_after_seconds=100)
+    res = run(pol, 1, [(0, 0.0), (90, 1.0), (150, 0.0), (189, 0.0), (191, 0.0)])
+    assert trace(res) == [1, 1, 1, 1, 0]
+
+
+MISSING = [None, math.nan, math.inf, -math.inf, -1.0]
+
+
+@pytest.mark.parametrize("metric", MISSING, ids=repr)
+def test_missing_metric_holds_and_never_goes_to_zero(metric):
+    pol = policy(min_replicas=0, scale_to_zero_after_seconds=10)
+    state = run(pol, 1, [(0, 0.0)])[-1][1].state
+    res = run(pol, 1, [(t, metric) for t in range(20, 200, 20)], state=state)
+    assert set(trace(res)) == {1}
+    d = res[-1][1]
+    assert not d.scaling_active and d.inactive_reason and d.direction is None
+    assert d.active_condition_reason == ("FailedGetMetric" if metric is None else "InvalidMetric")
+    assert d.recommendation is None
+    # the idle clock restarted on missing data: real zeros must idle for 10 s again
+    after = run(pol, 1, [(181, 0.0), (185, 0.0), (191, 0.0)], state=d.state)
+    assert trace(after) == [1, 1, 0]
+
+
+def test_missing_metric_still_enforces_bounds():
+    assert decide(policy(max_replicas=3), AutoscalerState(), 5, None, T0).desired == 3
+    assert decide(policy(min_replicas=2), AutoscalerState(), 0, None, T0).desired == 2
+    assert decide(policy(min_replicas=0), AutoscalerState(), 0, None, T0).desired == 0
+
+
+def test_clamps_report_limited_reason():
+    d = decide(policy(max_replicas=2), warm_state(2), 2, 40.0, T0)
+    assert d.desired == 2 and d.limited and d.limited_condition_reason == "TooManyReplicas"
+    assert "10 wanted, more than maxReplicas 2" in d.limited_reason
+    d = decide(policy(min_replicas=3, max_replicas=6, scale_down_stabilization_seconds=0), warm_state(3), 3, 0.0, T0)
+    assert d.desired == 3 and d.limited and "less than minReplicas 3" in d.limited_reason
+
+
+def test_capacity_cap_reports_missing_gpus_and_never_scales_down():
+    pol = policy(max_replicas=10, gpus_per_replica=8)
+    d = decide(pol, warm_state(3), 3, 20.0, T0, placeable_replicas=4)
+    assert d.desired == 4 and d.limited
+    assert "needs 2 more replicas (16 GPUs); the pool can place 1 more (8 GPUs)" in d.limited_reason
+    d = decide(pol, warm_state(5), 5, 40.0, T0, placeable_replicas=2)
+    assert d.desired == 5 and d.direction is None  # over capacity already: hold, never shrink
+
+
+def test_state_round_trip_through_json():
+    pol = policy(max_replicas=20, panic_threshold=0)
+    state = run(pol, 2, [(0, 80.0), (5, 3.0), (10, 40.0), (20, None)])[-1][1].state
+    data = json.loads(json.dumps(state.to_dict()))
+    assert AutoscalerState.from_dict(data) == state
+    assert AutoscalerState.from_dict({}) == AutoscalerState()
+    assert AutoscalerState.from_dict(AutoscalerState().to_dict()) == AutoscalerState()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"version": 99},
+        {"recommendations": "x"},
+        {"recommendations": [[1.0]]},
+        {"recommendations": [["a", 1]]},
+        {"scaleUpEvents": [[1.0, -1]]},
+        {"lastActiveTime": "yesterday"},
+        {"lastScaleDirection": "Sideways"},
+    ],
+)
+def test_state_from_dict_rejects_garbage(bad):
+    with pytest.raises(ValueError):
+        AutoscalerState.from_dict(bad)
+
+
+def test_state_size_is_bounded():
+    pol = policy(max_replicas=1000, scale_down_stabilization_seconds=600, panic_threshold=0,
+                 scale_up_max_step=1000, scale_down_max_step=1000, scale_down_period_seconds=600)
+    state, current = AutoscalerState(), 1
+    for i in range(2000):
+        d = decide(pol, state, current, float((i * 37) % 4000), T0 + i)
+        state, current = d.state, d.desired
+        assert len(state.recommendations) <= MAX_RECOMMENDATIONS
+        assert len(state.scale_up_events) <= MAX_EVENTS and len(state.scale_down_events) <= MAX_EVENTS
+    # entries older than the longest window are dropped
+    d = decide(pol, state, current, 1.0, T0 + 2000 + 601)
+    assert all(t > T0 + 2000 for t, _ in d.state.recommendations)
+    assert len(json.dumps(d.state.to_dict())) < 4096
+    hostile = {"recommendations": [[float(i), i] for i in range(500)],
+               "scaleUpEvents": [[float(i), 1] for i in range(500)]}
+    s = AutoscalerState.from_dict(hostile)
+    assert len(s.recommendations) == MAX_RECOMMENDATIONS and len(s.scale_up_events) == MAX_EVENTS
+    assert sum(n for _, n in s.scale_up_events) == 500  # merged, not dropped
+
+
+def test_recommendation_dedupe_keeps_newest_per_value():
+    s = AutoscalerState.from_dict({"recommendations": [[1.0, 3], [2.0, 5], [3.0, 3]]})
+    assert s.recommendations == ((2.0, 5), (3.0, 3))
+
+
+def test_invalid_inputs_raise():
+    with pytest.raises(ValueError):
+        decide(policy(), AutoscalerState(), -1, 1.0, T0)
+    with pytest.raises(ValueError):
+        decide(policy(), AutoscalerState(), 1, 1.0, T0, placeable_replicas=-2)
+    with pytest.raises(ValueError):
+        decide(policy(), AutoscalerState(), 1, 1.0, math.nan)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"min_replicas": -1},
+        {"max_replicas": 0},
+        {"min_replicas": 5, "max_replicas": 4},
+        {"target_per_replica": 0},
+        {"target_per_replica": math.inf},
+        {"tolerance": -0.1},
+        {"scale_up_max_step": 0},
+        {"scale_down_period_seconds": 0},
+        {"panic_threshold": 0.5},
+        {"max_replicas": 2.5},
+    ],
+)
+def test_policy_validation(overrides):
+    with pytest.raises(ValueError):
+        policy(**overrides)
+
+
+def test_fresh_value():
+    assert fresh_value(Sample(T0, 3.0), T0 + 10) == 3.0
+    assert fresh_value(Sample(T0, 3.0), T0 + 61) is None
+    assert fresh_value(Sample(T0, math.nan), T0) is None
+    assert fresh_value(None, T0) is None
+
+
+# --- properties -----------------------------------------------------------------------------
+
+policies = st.builds(
+    lambda lo, span, target, tol, act, idle, upw, upstep, upp, dnw, dnstep, dnp, panic: AutoscalingPolicy(
+        min_replicas=lo, max_replicas=max(1, lo + span), target_per_replica=target, tolerance=tol,
+        activation_threshold=act, scale_to_zero_after_seconds=idle,
+        scale_up_stabilization_seconds=upw, scale_up_max_step=upstep, scale_up_period_seconds=upp,
+        scale_down_stabilization_seconds=dnw, scale_down_max_step=dnstep, scale_down_period_seconds=dnp,
+        panic_threshold=panic,
+    ),
+    st.integers(0, 5), st.integers(0, 10), st.floats(0.1, 50), st.floats(0, 0.5), st.floats(0, 5),
+    st.floats(0, 200), st.floats(0, 60), st.integers(1, 5), st.floats(1, 60), st.floats(0, 120),
+    st.integers(1, 5), st.floats(1, 60), st.sampled_from([0.0, 1.0, 2.0, 3.5]),
+)
+metrics = st.one_of(
+    st.none(), st.just(math.nan), st.just(math.inf), st.just(-1.0), st.floats(0, 500), st.integers(0, 50).map(float)
+)
+steps = st.lists(
+    st.tuples(st.floats(0.5, 120), metrics, st.one_of(st.none(), st.integers(0, 20))), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pol=policies, start=st.integers(0, 20), plan=steps)
+def test_properties(pol, start, plan):
+    state, current, now = AutoscalerState(), start, T0
+    for gap, metric, placeable in plan:
+        now += gap
+        d = decide(pol, state, current, metric, now, placeable)
+        lo, hi = pol.min_replicas, pol.max_replicas
+        # never above max; never below min unless the pool cannot place min replicas
+        assert d.desired <= hi, d.reason
+        assert d.desired >= lo or d.limited_condition_reason == "InsufficientCapacity", d.reason
+        if placeable is not None:
+            assert d.desired <= max(current, placeable), d.reason
+            if d.desired < current:  # a scale-down is never caused by the cap
+                assert d.limited_condition_reason != "InsufficientCapacity"
+        if not d.scaling_active:
+            if current > 0:
+                assert d.desired > 0  # missing data never scales to zero
+            held = min(max(current, lo), hi)
+            if placeable is not None and held > current:
+                held = max(current, min(held, placeable))
+            assert d.desired == held
+        assert d.direction == ("Up" if d.desired > current else "Down" if d.desired < current else None)
+        assert d.limited == (d.limited_reason is not None)
+        assert AutoscalerState.from_dict(json.loads(json.dumps(d.state.to_dict()))) == d.state
+        state, current = d.state, d.desired
+
+
+@settings(max_examples=200, deadline=None)
+@given(pol=policies, start=st.integers(0, 20), plan=steps)
+def test_property_within_bounds_once_inside(pol, start, plan):
+    """Starting inside [min, max] with no capacity cap, desired never leaves it."""
+    lo, hi = pol.min_replicas, pol.max_replicas
+    current = min(max(start, lo), hi)
+    state, now = AutoscalerState(), T0
+    for gap, metric, _ in plan:
+        now += gap
+        d = decide(pol, state, current, metric, now)
+        assert lo <= d.desired <= hi
+        state, current = d.state, d.desired
+
+
+def test_decision_state_unchanged_input():
+    s = AutoscalerState()
+    decide(policy(), s, 1, 5.0, T0)
+    assert s == AutoscalerState()
+    assert replace(s) is not None
