@@ -1,0 +1,3 @@
+from kubeforge.cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""Shared pieces of the builders: labels, owner references, names, conditions.
+
+Everything here is pure: dicts in, dicts out, ``now`` passed in where time matters.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kubeforge import API_VERSION
+
+# Label and annotation keys (our own prefix; JobSet / Kubeflow use the same shapes).
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "kubeforge"
+JOB_NAME = "kubeforge.io/job-name"
+REPLICA_INDEX = "kubeforge.io/replica-index"
+RESTART_ATTEMPT = "kubeforge.io/restart-attempt"
+SERVICE_NAME = "kubeforge.io/inference-service"
+POOL_LABEL = "kubeforge.io/pool"
+GANG_GATE = "kubeforge.io/gang"
+ASSIGNED_NODE = "kubeforge.io/assigned-node"
+
+
+def owner_reference(body: Mapping[str, Any], controller: bool = True) -> dict[str, Any]:
+    """An ownerReference to the custom resource ``body`` (so GC deletes the child with it)."""
+    return {
+        "apiVersion": body.get("apiVersion", API_VERSION),
+        "kind": body["kind"],
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def rfc3339(ts: float) -> str:
+    """Unix seconds to the RFC 3339 form Kubernetes uses (``2026-01-02T03:04:05Z``)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> float | None:
+    """RFC 3339 (as in ``metadata.creationTimestamp``) to unix seconds; None stays None."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def set_condition(
+    conditions: list[dict[str, Any]] | None,
+    type_: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Return a new conditions list with ``type_`` set (metav1.Condition semantics).
+
+    ``lastTransitionTime`` changes only when the status changes, as the Kubernetes API
+    conventions ask. Messages are cut to 32768 characters (the metav1.Condition bound).
+    """
+    status_s = status if isinstance(status, str) else ("True" if status else "False")
+    out = [copy.deepcopy(c) for c in (conditions or []) if c.get("type") != type_]
+    old = next((c for c in (conditions or []) if c.get("type") == type_), None)
+    changed = old is None or old.get("status") != status_s
+    cond = {
+        "type": type_,
+        "status": status_s,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": rfc3339(now) if changed else old.get("lastTransitionTime", rfc3339(now)),
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    out.append(cond)
+    out.sort(key=lambda c: c["type"])
+    return out
+
+
+def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of ``type_`` or None."""
+    return next((c for c in (conditions or []) if c.get("type") == type_), None)

@@ -1,0 +1,119 @@
+"""The ``kubeforge`` command: run the operator, drive the local GPU cluster, run the demo."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from kubeforge.sim.tools import REPO_ROOT
+
+
+@click.group()
+def main() -> None:
+    """kubeforge: gang-placed, topology-aware GPU training jobs and queue-autoscaled inference."""
+
+
+@main.command()
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="Watch only these namespaces (repeatable). Default: the whole cluster.")
+@click.option("--health-address", default="0.0.0.0:8081", show_default=True,
+              help="host:port of the liveness endpoint (GET /healthz).")
+@click.option("--metrics-port", default=8080, show_default=True, type=int,
+              help="Port of the Prometheus /metrics endpoint (0 disables it).")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, verbose: bool) -> None:
+    """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
+    import kopf
+
+    import kubeforge.handlers  # noqa: F401  registers the handlers
+    from kubeforge import metrics
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kopf.configure(verbose=verbose)
+    if metrics_port:
+        metrics.serve(metrics_port)
+    kopf.run(
+        clusterwide=not namespaces,
+        namespaces=list(namespaces),
+        standalone=True,  # one replica (Recreate): no kopf peering objects needed
+        liveness_endpoint=f"http://{health_address}/healthz",
+    )
+
+
+@main.group()
+def sim() -> None:
+    """The local GPU cluster: a real control plane with kwok-simulated GPU nodes."""
+
+
+DEFAULT_FLEET = REPO_ROOT / "examples" / "fleet-h100.yaml"
+
+
+@sim.command("up")
+@click.option("--fleet", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_FLEET, show_default=True)
+@click.option("--name", default="kubeforge", show_default=True)
+def sim_up(fleet: Path, name: str) -> None:
+    """Build what is missing, start the cluster, create the fleet's nodes."""
+    from kubeforge.sim.cluster import Cluster
+    from kubeforge.sim.fleet import load_fleet
+
+    c = Cluster(name)
+    c.up(load_fleet(fleet), log=lambda m: click.echo(f"[sim] {m}", err=True))
+    click.echo(f"export KUBECONFIG={c.kubeconfig}")
+    click.echo(f"export PATH={c.bin_dir}:$PATH")
+
+
+@sim.command("down")
+@click.option("--name", default="kubeforge", show_default=True)
+def sim_down(name: str) -> None:
+    """Stop the operator started by the demo, the provisioner, and delete the cluster."""
+    from kubeforge.demo import stop_operator
+    from kubeforge.sim.cluster import Cluster
+
+    c = Cluster(name)
+    stop_operator(c)
+    c.down(log=lambda m: click.echo(f"[sim] {m}", err=True))
+
+
+@sim.command("status")
+@click.option("--name", default="kubeforge", show_default=True)
+def sim_status(name: str) -> None:
+    """Is the cluster up; its nodes and GPU pools."""
+    from kubeforge.sim.cluster import Cluster
+
+    c = Cluster(name)
+    if not c.running():
+        click.echo(f"cluster {name}: not running")
+        sys.exit(1)
+    click.echo(f"cluster {name}: running (KUBECONFIG={c.kubeconfig})")
+    click.echo(c.kubectl("get", "nodes", "-L", "nvidia.com/gpu.clique,cloud.google.com/gce-topology-block,karpenter.sh/capacity-type").stdout)
+    click.echo(c.kubectl("get", "gpupools", check=False).stdout)
+
+
+@main.command()
+@click.option("--name", default="kubeforge", show_default=True)
+@click.option("--fleet", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_FLEET, show_default=True)
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the training pods to run.")
+def demo(name: str, fleet: Path, timeout: float) -> None:
+    """The local GPU cluster demo: cluster, CRDs, operator, examples, and where jobs landed."""
+    from kubeforge.demo import run_demo
+
+    sys.exit(run_demo(name, fleet, timeout))
+
+
+@main.command()
+@click.option("--out", "outs", multiple=True, default=("crds", "charts/kubeforge/crds"), show_default=True)
+@click.option("--check", is_flag=True, help="Exit 1 when the files differ from fresh output.")
+def crds(outs: tuple[str, ...], check: bool) -> None:
+    """Generate the CRDs from the pydantic models."""
+    from kubeforge.api import crdgen
+
+    args = [a for o in outs for a in ("--out", o)] + (["--check"] if check else [])
+    sys.exit(crdgen.main(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The operator's Prometheus metrics (prometheus-client), all in one place.
+
+Label values are bounded: kinds, results, phases and states are small fixed sets; pool
+names are the only free-form label and the cluster has few pools. No per-job labels.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter("kubeforge_reconciles_total", "Reconciles by kind and result (success, error).", ["kind", "result"])
+RECONCILE_SECONDS = Histogram(
+    "kubeforge_reconcile_duration_seconds", "Reconcile duration by kind, seconds.", ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+ADMISSIONS = Counter("kubeforge_admission_decisions_total", "Gang admission decisions by result (admitted, waiting).", ["pool", "result"])
+JOBS_BY_PHASE = Gauge("kubeforge_trainingjobs", "TrainingJobs by phase.", ["phase"])
+POOL_GPUS = Gauge("kubeforge_pool_gpus", "GPUs of a pool by state (capacity, allocatable, allocated, free).", ["pool", "state"])
+PREEMPTION_RESTARTS = Counter("kubeforge_preemption_restarts_total", "Gang restarts caused by preemption.")
+FAILURE_RESTARTS = Counter("kubeforge_failure_restarts_total", "Gang restarts caused by worker failures.")
+AUTOSCALER_DECISIONS = Counter("kubeforge_autoscaler_decisions_total", "Autoscaler decisions by direction (up, down, hold).", ["direction"])
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Expose /metrics on ``addr:port`` in a background thread."""
+    start_http_server(port, addr=addr)

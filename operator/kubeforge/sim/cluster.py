@@ -1,0 +1,215 @@
+"""The local GPU cluster: a real control plane with kwok-simulated GPU nodes.
+
+``up`` creates a kwokctl cluster with the *binary* runtime, pointing kwokctl at our own
+binaries for every component (so it never downloads anything), with RBAC and the default
+admission plugins on, then:
+
+- installs a default StorageClass (``kubeforge-sim``) and starts the sim provisioner
+  (:mod:`kubeforge.sim.provisioner`) that binds each PVC to a hostPath PV, because
+  kube-scheduler will not place a pod whose PVC is unbound and the sim has no CSI driver;
+- creates the fleet's Node objects, which kwok then keeps Ready and whose pods it runs.
+
+State lives under ``$KUBEFORGE_HOME`` (default ``~/.kubeforge``): ``clusters/<name>/kubeconfig``,
+the provisioner's pid and log, and ``bin`` (a link to the binaries).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kubeforge.sim.fleet import Fleet, node_manifests
+from kubeforge.sim.tools import ensure_tools
+
+DEFAULT_NAME = "kubeforge"
+STORAGE_CLASS = "kubeforge-sim"
+
+
+class ClusterError(RuntimeError):
+    """A step of bringing the cluster up or down failed; the message says which and why."""
+
+
+def home() -> Path:
+    """``$KUBEFORGE_HOME`` or ``~/.kubeforge``."""
+    return Path(os.environ.get("KUBEFORGE_HOME", Path.home() / ".kubeforge"))
+
+
+@dataclass
+class Cluster:
+    """A handle on one local cluster: its name, kubeconfig and binaries."""
+
+    name: str = DEFAULT_NAME
+
+    @property
+    def dir(self) -> Path:
+        return home() / "clusters" / self.name
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(self.dir / "kubeconfig")
+
+    @property
+    def bin_dir(self) -> Path:
+        return ensure_tools()
+
+    def env(self) -> dict[str, str]:
+        """The environment for kubectl/helm/operator subprocesses aimed at this cluster."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = self.kubeconfig
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        # kwokctl keeps its clusters under KWOK_WORKDIR; keep ours beside our other state.
+        env["KWOK_WORKDIR"] = str(home() / "kwok")
+        return env
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run kubectl against this cluster; text in and out.
+
+        Raises:
+            ClusterError: exit code non-zero and ``check``; the message has stderr.
+        """
+        proc = subprocess.run(
+            [str(self.bin_dir / "kubectl"), *args],
+            input=input, capture_output=True, text=True, env=self.env(), timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def _kwokctl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.bin_dir / "kwokctl"), "--name", self.name, *args],
+            capture_output=True, text=True, env=self.env(), timeout=timeout,
+        )
+
+    def exists(self) -> bool:
+        return (home() / "kwok" / "clusters" / self.name).exists()
+
+    def running(self) -> bool:
+        """True when the API server answers /readyz."""
+        if not Path(self.kubeconfig).exists():
+            return False
+        proc = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def up(self, fleet: Fleet | None = None, log=print) -> None:
+        """Create (or restart) the cluster and apply ``fleet``; idempotent.
+
+        Raises:
+            ClusterError: kwokctl failed (its output is in the message).
+        """
+        b = self.bin_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        link = home() / "bin"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(b)
+        if not self.running():
+            if self.exists():
+                log(f"starting existing cluster {self.name}")
+                proc = self._kwokctl("start", "cluster")
+            else:
+                log(f"creating cluster {self.name} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
+                proc = self._kwokctl(
+                    "create", "cluster",
+                    "--runtime", "binary",
+                    "--kube-apiserver-binary", str(b / "kube-apiserver"),
+                    "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
+                    "--kube-scheduler-binary", str(b / "kube-scheduler"),
+                    "--kwok-controller-binary", str(b / "kwok"),
+                    "--etcd-binary", str(b / "etcd"),
+                    "--kube-authorization=true",
+                    "--kube-admission=true",
+                    "--wait", "120s",
+                )
+            if proc.returncode != 0:
+                raise ClusterError(f"kwokctl failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+            kc = self._kwokctl("get", "kubeconfig")
+            if kc.returncode != 0:
+                raise ClusterError(f"kwokctl get kubeconfig failed: {kc.stderr}")
+            Path(self.kubeconfig).write_text(kc.stdout)
+        self._wait_ready()
+        self._storage(log)
+        if fleet is not None:
+            self.apply_nodes(node_manifests(fleet))
+            log(f"fleet {fleet.name}: {fleet.node_count} nodes")
+
+    def _wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.running():
+                # The default ServiceAccount appears once kube-controller-manager is up; pods
+                # cannot be admitted in a namespace before it exists.
+                if self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0:
+                    return
+            time.sleep(0.5)
+        raise ClusterError(f"cluster {self.name} not ready after {timeout:.0f}s")
+
+    def _storage(self, log) -> None:
+        sc = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kubeforge.io/sim",
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(sc))
+        pidfile = self.dir / "provisioner.pid"
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), 0)
+                return
+            except (OSError, ValueError):
+                pass
+        logf = open(self.dir / "provisioner.log", "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kubeforge.sim.provisioner", "--kubeconfig", self.kubeconfig,
+             "--storage-class", STORAGE_CLASS, "--root", str(self.dir / "volumes")],
+            stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        pidfile.write_text(str(proc.pid))
+        log(f"sim provisioner started (pid {proc.pid})")
+
+    def apply_nodes(self, nodes: list[dict]) -> None:
+        """Create or update Node objects (labels, taints and GPU capacity included).
+
+        Uses ``kubectl apply --server-side`` for metadata/spec and a status patch for capacity,
+        since the status of an existing Node is only writable through its subresource.
+        """
+        if not nodes:
+            return
+        docs = "\n---\n".join(yaml.safe_dump(n) for n in nodes)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kubeforge-sim", "-f", "-", input=docs, timeout=300)
+        for n in nodes:
+            status = {"status": {"capacity": n["status"]["capacity"], "allocatable": n["status"]["allocatable"]}}
+            self.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge", "-p", json.dumps(status))
+
+    def down(self, log=print) -> None:
+        """Stop the provisioner and delete the cluster (all its state); idempotent."""
+        pidfile = self.dir / "provisioner.pid"
+        if pidfile.exists():
+            try:
+                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+            pidfile.unlink()
+        if self.exists():
+            proc = self._kwokctl("delete", "cluster")
+            if proc.returncode != 0:
+                raise ClusterError(f"kwokctl delete cluster failed: {proc.stderr[-2000:]}")
+            log(f"cluster {self.name} deleted")
+        if Path(self.kubeconfig).exists():
+            Path(self.kubeconfig).unlink()
