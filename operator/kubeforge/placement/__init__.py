@@ -1,1 +1,75 @@
-"""kubeforge.placement."""
+"""kubeforge.placement: the pure placement core.
+
+Pools, topology domains, gang fitting, admission and node affinity, as functions of plain
+frozen dataclasses. No I/O, no Kubernetes client, no clock.
+
+Typical use by a handler::
+
+    nodes = [node_info_from_k8s(n, pool.gpu_resource, allocated[n_name]) for n in raw]
+    levels = pool_levels or detect_levels(nodes)
+    status = summarize_pool(nodes, levels)
+    for decision in admit(pending, nodes, levels, reserved):
+        ...  # Placement -> pods with node_affinity(placement, rank, levels)
+"""
+
+from ._admission import QueueingStrategy, admit, queue_order
+from ._affinity import HOSTNAME_LABEL, node_affinity
+from ._fit import place_gang
+from ._model import (
+    MODES,
+    AdmissionDecision,
+    GangRequest,
+    Mode,
+    NodeInfo,
+    NoFit,
+    PendingGang,
+    Placement,
+    Result,
+    TopologyLevel,
+)
+from ._nodes import (
+    INTERRUPTION_TAINT_PREFIXES,
+    SPOT_LABELS,
+    CapacityType,
+    capacity_type,
+    node_info_from_k8s,
+)
+from ._summary import (
+    DEFAULT_MAX_DOMAINS_PER_LEVEL,
+    DomainSummary,
+    GpuCounts,
+    PoolSummary,
+    summarize_pool,
+)
+from ._topology import WELL_KNOWN_LEVELS, detect_levels
+
+__all__ = [
+    "DEFAULT_MAX_DOMAINS_PER_LEVEL",
+    "HOSTNAME_LABEL",
+    "INTERRUPTION_TAINT_PREFIXES",
+    "MODES",
+    "SPOT_LABELS",
+    "WELL_KNOWN_LEVELS",
+    "AdmissionDecision",
+    "CapacityType",
+    "DomainSummary",
+    "GangRequest",
+    "GpuCounts",
+    "Mode",
+    "NoFit",
+    "NodeInfo",
+    "PendingGang",
+    "Placement",
+    "PoolSummary",
+    "QueueingStrategy",
+    "Result",
+    "TopologyLevel",
+    "admit",
+    "capacity_type",
+    "detect_levels",
+    "node_affinity",
+    "node_info_from_k8s",
+    "place_gang",
+    "queue_order",
+    "summarize_pool",
+]

@@ -1,0 +1,379 @@
+"""Gang fitting: choose a topology domain and nodes for a gang, best fit first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ._model import GangRequest, NodeInfo, NoFit, Placement, Result, TopologyLevel
+from ._topology import check_levels, domain_path, find_level, group_by_domain, level_names
+
+_EMPTY: Mapping[str, int] = {}
+
+
+@dataclass(frozen=True)
+class _Cand:
+    """A usable node with its free GPUs after reservations and whole-replica slots."""
+
+    node: NodeInfo
+    free: int
+    slots: int
+    path: tuple[tuple[int, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+Choice = dict[str, int]  # node name -> replicas placed on it
+
+
+def _candidates(
+    request: GangRequest,
+    nodes: Sequence[NodeInfo],
+    levels: Sequence[TopologyLevel],
+    reserved: Mapping[str, int],
+) -> list[_Cand]:
+    cands = []
+    for node in nodes:
+        if not node.usable or node.name in request.avoid_nodes:
+            continue
+        free = max(0, node.gpus_free - max(0, reserved.get(node.name, 0)))
+        cands.append(_Cand(node, free, free // request.gpus_per_replica, domain_path(node, levels)))
+    return cands
+
+
+def _greedy(cands: Sequence[_Cand], replicas: int, gpus: int) -> Choice | None:
+    """Best-fit node choice over ``cands``, or ``None`` when they lack room.
+
+    While replicas remain: if some node can take all remaining ones, take the node that
+    is left with the fewest free GPUs after doing so (exact fits first); otherwise fill
+    the node with the most replica slots (fewest nodes), preferring the one whose free
+    GPUs are used up exactly. Ties go by topology path, then node name.
+    """
+    pool = [c for c in cands if c.slots > 0]
+    if sum(c.slots for c in pool) < replicas:
+        return None
+    choice: Choice = {}
+    remaining = replicas
+    while remaining > 0:
+        finishing = [c for c in pool if c.slots >= remaining]
+        if finishing:
+            best = min(finishing, key=lambda c: (c.free - remaining * gpus, c.path, c.name))
+            take = remaining
+        else:
+            best = min(pool, key=lambda c: (-c.slots, c.free - c.slots * gpus, c.path, c.name))
+            take = best.slots
+        choice[best.name] = take
+        pool.remove(best)
+        remaining -= take
+    return choice
+
+
+def _best_domain(
+    cands: Sequence[_Cand],
+    level: TopologyLevel,
+    narrower: Sequence[TopologyLevel],
+    replicas: int,
+    gpus: int,
+) -> tuple[list[tuple[tuple[int, int, str], str, Choice, int]], dict[str, int]]:
+    """Fitting domains of ``level`` ranked best first, and every domain's slot count.
+
+    Each fitting entry is ``(rank key, domain, choice, domain free GPUs)`` where the key is
+    (free GPUs left in the domain, nodes touched, domain name).
+    """
+    fitting = []
+    slots: dict[str, int] = {}
+    groups: dict[str, list[_Cand]] = {}
+    for cand in cands:
+        value = cand.node.labels.get(level.node_label)
+        if value is not None:
+            groups.setdefault(value, []).append(cand)
+    for name, sub in groups.items():
+        slots[name] = sum(c.slots for c in sub)
+        choice = _place_within(sub, narrower, replicas, gpus)
+        if choice is not None:
+            free = sum(c.free for c in sub)
+            key = (free - replicas * gpus, len(choice), name)
+            fitting.append((key, name, choice, free))
+    fitting.sort(key=lambda f: f[0])
+    return fitting, slots
+
+
+def _place_within(
+    cands: Sequence[_Cand], narrower: Sequence[TopologyLevel], replicas: int, gpus: int
+) -> Choice | None:
+    """Choose nodes among ``cands``, inside one domain of the narrowest level that fits."""
+    for level in narrower:
+        fitting, _ = _best_domain(cands, level, (), replicas, gpus)
+        if fitting:
+            return fitting[0][2]
+    return _greedy(cands, replicas, gpus)
+
+
+def _ranked(choice: Choice, cands: Sequence[_Cand]) -> tuple[str, ...]:
+    """Node names, one per replica, ordered by (topology path, node name)."""
+    path = {c.name: c.path for c in cands}
+    order = sorted(choice, key=lambda n: (path[n], n))
+    return tuple(n for n in order for _ in range(choice[n]))
+
+
+def _placement(
+    choice: Choice,
+    cands: Sequence[_Cand],
+    request: GangRequest,
+    level: str | None,
+    domain: str | None,
+    reason: str,
+) -> Placement:
+    nodes = _ranked(choice, cands)
+    gpus_by_node = {n: choice[n] * request.gpus_per_replica for n in dict.fromkeys(nodes)}
+    return Placement(
+        level=level, domain=domain, nodes=nodes, gpus_by_node=gpus_by_node, reason=reason
+    )
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _need(request: GangRequest) -> str:
+    return f"{request.gpus} GPUs ({request.replicas} x {request.gpus_per_replica})"
+
+
+def _others(count: int) -> str:
+    if count == 0:
+        return "no other domain fits"
+    return f"{count} other {'domain fits' if count == 1 else 'domains fit'}"
+
+
+def _domain_reason(level: str, fitting: list, request: GangRequest) -> str:
+    _, name, choice, free = fitting[0]
+    left = free - request.gpus
+    return (
+        f"best fit: {level} domain {name} leaves {left} of its {free} free GPUs "
+        f"({_others(len(fitting) - 1)}); {request.replicas} x {request.gpus_per_replica} GPUs "
+        f"on {_plural(len(choice), 'node')}"
+    )
+
+
+def _pool_leftover(choice: Choice, cands: Sequence[_Cand], request: GangRequest) -> int:
+    free = {c.name: c.free for c in cands}
+    return sum(free[n] - k * request.gpus_per_replica for n, k in choice.items())
+
+
+def _slots_capacity(nodes: Sequence[NodeInfo], gpus: int) -> int:
+    return sum(n.gpus_allocatable // gpus for n in nodes)
+
+
+def _pool_nofit(
+    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[_Cand], where: str
+) -> NoFit:
+    g = request.gpus_per_replica
+    if _slots_capacity(nodes, g) < request.replicas:
+        most = _slots_capacity(nodes, g)
+        return NoFit(
+            reason=(
+                f"needs {_need(request)} {where}; even with every node empty the pool holds "
+                f"{_plural(most, 'replica')} ({most * g} GPUs)"
+            ),
+            level=None,
+            gpus_short=(request.replicas - most) * g,
+            permanent=True,
+        )
+    room = sum(c.slots for c in cands)
+    short = (request.replicas - min(room, request.replicas)) * g
+    return NoFit(
+        reason=(
+            f"needs {_need(request)} {where}; usable nodes have room for "
+            f"{_plural(room, 'replica')} ({room * g} GPUs): {short} GPUs short"
+        ),
+        level=None,
+        gpus_short=short,
+    )
+
+
+def _level_nofit(
+    request: GangRequest,
+    nodes: Sequence[NodeInfo],
+    level: TopologyLevel,
+    slots: Mapping[str, int],
+) -> NoFit:
+    g = request.gpus_per_replica
+    need = f"needs {_need(request)} inside one {level.name} domain"
+    capacity = {
+        name: _slots_capacity(members, g)
+        for name, members in group_by_domain(nodes, level).items()
+    }
+    if not capacity:
+        return NoFit(
+            reason=f"{need}; no node carries the label {level.node_label}",
+            level=level.name,
+            gpus_short=request.gpus,
+            permanent=True,
+        )
+    most = max(capacity.values())
+    if most < request.replicas:
+        biggest = min(n for n, v in capacity.items() if v == most)
+        return NoFit(
+            reason=(
+                f"{need}; the largest ({biggest}) holds {_plural(most, 'replica')} "
+                f"({most * g} GPUs) even when empty: {(request.replicas - most) * g} GPUs short"
+            ),
+            level=level.name,
+            gpus_short=(request.replicas - most) * g,
+            permanent=True,
+        )
+    if not slots:
+        return NoFit(
+            reason=f"{need}; no usable node carries the label {level.node_label}: "
+            f"{request.gpus} GPUs short",
+            level=level.name,
+            gpus_short=request.gpus,
+        )
+    room = max(slots.values())
+    roomiest = min(n for n, v in slots.items() if v == room)
+    room = min(room, request.replicas)
+    short = (request.replicas - room) * g
+    return NoFit(
+        reason=(
+            f"{need}; the roomiest ({roomiest}) has room for {_plural(room, 'replica')} "
+            f"({room * g} GPUs free): {short} GPUs short"
+        ),
+        level=level.name,
+        gpus_short=short,
+    )
+
+
+def place_gang(
+    request: GangRequest,
+    nodes: Sequence[NodeInfo],
+    levels: Sequence[TopologyLevel],
+    reserved: Mapping[str, int] = _EMPTY,
+) -> Result:
+    """Place a gang on a pool, or say why it cannot be placed.
+
+    Only usable nodes (ready, schedulable, not interrupted) outside
+    ``request.avoid_nodes`` are used. A node's free GPUs are ``gpus_free`` minus
+    ``reserved[node]``. A replica needs ``gpus_per_replica`` free GPUs on one node;
+    several replicas may share a node.
+
+    Modes:
+
+    * ``Required`` at level L: the whole gang inside one domain of L, or :class:`NoFit`.
+    * ``Preferred``: the first level, from ``request.level`` (or the narrowest level)
+      towards wider ones, where some domain fits; then the whole pool. A gang is never
+      split across domains of a level when one domain of it could hold the gang. An
+      unknown preferred level is noted in the reason and all levels are tried.
+    * ``None``: anywhere in the pool; ``level`` and ``domain`` are ``None``.
+
+    Choices (deterministic):
+
+    * Domain: best fit, the fitting domain with the fewest free GPUs left after
+      placing; ties: fewer nodes touched, then domain name.
+    * Nodes inside the domain: first the best-fit domain of the narrowest narrower level
+      that can hold the gang, then per node best fit (a node whose free GPUs are used
+      up exactly, fewest nodes); ties by topology path, then node name. ``None`` mode
+      uses the per-node rule only.
+    * Ranks: nodes sorted by their domain values from widest level to narrowest, then
+      node name; replicas on one node get consecutive ranks, so ranks that share a
+      narrow domain are neighbours.
+
+    Args:
+        request: The gang.
+        nodes: The pool's nodes (all of them: unusable ones are skipped here but count
+            for the "can never fit" test).
+        levels: The pool's levels, narrowest first.
+        reserved: GPUs per node already promised to admitted, not yet bound work.
+
+    Returns:
+        A :class:`Placement`, or a :class:`NoFit` whose ``permanent`` says whether only a
+        spec change or new nodes can help (a replica larger than every node, an unknown
+        Required level, a gang larger than the largest domain or the pool even when
+        empty).
+
+    Raises:
+        ValueError: If levels repeat a name or a node label.
+    """
+    check_levels(levels)
+    g = request.gpus_per_replica
+    largest = max((n.gpus_allocatable for n in nodes), default=0)
+    if not nodes:
+        return NoFit(
+            reason="the pool has no nodes",
+            level=request.level,
+            gpus_short=request.gpus,
+            permanent=True,
+        )
+    if g > largest:
+        return NoFit(
+            reason=f"gpusPerReplica {g} exceeds the largest node's {largest} allocatable GPUs",
+            level=request.level if request.mode != "None" else None,
+            gpus_short=request.gpus,
+            permanent=True,
+        )
+    cands = _candidates(request, nodes, levels, reserved)
+
+    if request.mode == "None":
+        choice = _greedy(cands, request.replicas, g)
+        if choice is None:
+            return _pool_nofit(request, nodes, cands, "anywhere in the pool")
+        left = _pool_leftover(choice, cands, request)
+        return _placement(
+            choice, cands, request, None, None,
+            f"packed {request.replicas} x {g} GPUs onto {_plural(len(choice), 'node')} anywhere "
+            f"in the pool (best fit, topology ignored), leaving {left} free GPUs on them",
+        )
+
+    index = find_level(levels, request.level) if request.level else None
+    known = ", ".join(level_names(levels)) or "none"
+    if request.mode == "Required":
+        if index is None:
+            return NoFit(
+                reason=f"unknown topology level {request.level!r}; this pool's levels are: {known}",
+                level=request.level,
+                gpus_short=request.gpus,
+                permanent=True,
+            )
+        level = levels[index]
+        fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
+        if not fitting:
+            return _level_nofit(request, nodes, level, slots)
+        return _placement(
+            fitting[0][2], cands, request, level.name, fitting[0][1],
+            _domain_reason(level.name, fitting, request),
+        )
+
+    # Preferred.
+    prefix = ""
+    start = index
+    if request.level and index is None:
+        prefix = f"preferred level {request.level!r} is not one of this pool's levels ({known}); "
+    if start is None:
+        start = 0
+    missed: list[str] = []
+    for i in range(start, len(levels)):
+        level = levels[i]
+        fitting, slots = _best_domain(cands, level, levels[:i], request.replicas, g)
+        if fitting:
+            lead = prefix
+            if missed:
+                lead += f"no {' or '.join(missed)} domain fits; "
+            return _placement(
+                fitting[0][2], cands, request, level.name, fitting[0][1],
+                lead + _domain_reason(level.name, fitting, request),
+            )
+        missed.append(level.name)
+    tried = f" (no single {' or '.join(missed)} domain fits)" if missed else ""
+    choice = _greedy(cands, request.replicas, g)
+    if choice is None:
+        nofit = _pool_nofit(request, nodes, cands, "anywhere in the pool" + tried)
+        return NoFit(prefix + nofit.reason, None, nofit.gpus_short, nofit.permanent)
+    left = _pool_leftover(choice, cands, request)
+    return _placement(
+        choice, cands, request, None, None,
+        prefix
+        + f"spread {request.replicas} x {g} GPUs over {_plural(len(choice), 'node')} of the pool"
+        + tried
+        + f", best fit, leaving {left} free GPUs on them",
+    )

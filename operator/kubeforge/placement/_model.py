@@ -1,0 +1,236 @@
+"""Plain frozen value types of the placement core.
+
+Everything here is data: no I/O, no Kubernetes client, no clock. Validation happens in
+``__post_init__`` and raises :class:`ValueError` for values that no caller should ever build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Union
+
+Mode = Literal["Required", "Preferred", "None"]
+"""Topology mode of a gang, as in ``TrainingJob.spec.topology.mode``."""
+
+MODES: tuple[str, ...] = ("Required", "Preferred", "None")
+
+
+def _check_count(owner: str, name: str, value: object, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}.{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class TopologyLevel:
+    """One level of a pool's network topology, e.g. an NVLink domain or a GCE block.
+
+    Attributes:
+        name: Short level name used in specs and statuses (``"nvlink"``, ``"block"``).
+        node_label: Node label whose value names the domain a node belongs to at this
+            level (``"nvidia.com/gpu.clique"``). Nodes without the label belong to no
+            domain of this level.
+
+    Raises:
+        ValueError: If ``name`` or ``node_label`` is empty.
+    """
+
+    name: str
+    node_label: str
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("TopologyLevel.name must not be empty")
+        if not self.node_label:
+            raise ValueError("TopologyLevel.node_label must not be empty")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What placement needs to know about one node.
+
+    Attributes:
+        name: Node name (``metadata.name``).
+        labels: Node labels; only topology and capacity-type labels are read. Copied into
+            a plain ``dict`` on construction; excluded from hashing.
+        gpus_allocatable: GPUs the kubelet offers for pods (``status.allocatable``), count.
+        gpus_allocated: GPUs already requested by pods bound or assigned to the node,
+            count. May exceed ``gpus_allocatable`` (e.g. after a device went away).
+        ready: The node's ``Ready`` condition is ``True``.
+        schedulable: Not cordoned and no untolerated ``NoSchedule``/``NoExecute`` taint.
+        interrupted: Carries a spot-interruption or termination taint; the node is about
+            to go away and must not receive new work.
+        gpus_capacity: GPUs the node has in total (``status.capacity``), count. Defaults to
+            ``gpus_allocatable`` when left out.
+
+    Raises:
+        ValueError: If a GPU count is negative or not an int, or ``name`` is empty.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(hash=False)
+    gpus_allocatable: int
+    gpus_allocated: int
+    ready: bool = True
+    schedulable: bool = True
+    interrupted: bool = False
+    gpus_capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("NodeInfo.name must not be empty")
+        _check_count("NodeInfo", "gpus_allocatable", self.gpus_allocatable)
+        _check_count("NodeInfo", "gpus_allocated", self.gpus_allocated)
+        object.__setattr__(self, "labels", dict(self.labels))
+        if self.gpus_capacity is None:
+            object.__setattr__(self, "gpus_capacity", self.gpus_allocatable)
+        _check_count("NodeInfo", "gpus_capacity", self.gpus_capacity)
+
+    @property
+    def gpus_free(self) -> int:
+        """GPUs not yet requested by pods: ``allocatable - allocated``, never negative."""
+        return max(0, self.gpus_allocatable - self.gpus_allocated)
+
+    @property
+    def usable(self) -> bool:
+        """Whether new work may land here: ready, schedulable and not interrupted."""
+        return self.ready and self.schedulable and not self.interrupted
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A gang of identical replicas that must all be placed at once.
+
+    Attributes:
+        replicas: Number of worker pods (ranks), >= 1.
+        gpus_per_replica: GPUs each replica needs on a single node, >= 1. A replica never
+            spans nodes; several replicas may share a node that has room.
+        mode: ``"Required"`` (whole gang inside one domain of ``level`` or no placement),
+            ``"Preferred"`` (narrowest fitting domain from ``level`` upward, else the whole
+            pool) or ``"None"`` (anywhere in the pool).
+        level: Topology level name. Mandatory for ``Required``; for ``Preferred`` the
+            narrowest level to try (``None``: start at the pool's narrowest level);
+            ignored for ``None``.
+        avoid_nodes: Node names that must not be used (e.g. nodes where the job just
+            failed).
+
+    Raises:
+        ValueError: On a non-positive count, an unknown mode, or ``Required`` without a
+            level.
+    """
+
+    replicas: int
+    gpus_per_replica: int
+    mode: Mode = "Required"
+    level: str | None = None
+    avoid_nodes: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        _check_count("GangRequest", "replicas", self.replicas, 1)
+        _check_count("GangRequest", "gpus_per_replica", self.gpus_per_replica, 1)
+        if self.mode not in MODES:
+            allowed = ", ".join(MODES)
+            raise ValueError(f"GangRequest.mode must be one of {allowed}, got {self.mode!r}")
+        if self.mode == "Required" and not self.level:
+            raise ValueError("GangRequest.level is required when mode is Required")
+        object.__setattr__(self, "avoid_nodes", frozenset(self.avoid_nodes))
+
+    @property
+    def gpus(self) -> int:
+        """Total GPUs the gang needs: ``replicas * gpus_per_replica``."""
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A successful placement of a gang.
+
+    Attributes:
+        level: Level whose single domain holds the whole gang, or ``None`` when the gang
+            was placed pool-wide (mode ``None``, or ``Preferred`` that fitted no domain).
+        domain: That domain's label value, or ``None`` together with ``level``.
+        nodes: One node name per replica in rank order: rank ``i`` runs on ``nodes[i]``.
+            Ranks that share a narrow domain are neighbours; replicas on one node are
+            consecutive.
+        gpus_by_node: GPUs taken on each node used (``nodes.count(n) * gpus_per_replica``).
+        reason: One human sentence explaining the choice.
+    """
+
+    level: str | None
+    domain: str | None
+    nodes: tuple[str, ...]
+    gpus_by_node: Mapping[str, int] = field(hash=False)
+    reason: str
+
+    @property
+    def replicas(self) -> int:
+        """Number of replicas placed (``len(nodes)``)."""
+        return len(self.nodes)
+
+    @property
+    def gpus(self) -> int:
+        """Total GPUs taken."""
+        return sum(self.gpus_by_node.values())
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Why a gang cannot be placed now.
+
+    Attributes:
+        reason: One human sentence, naming the level and the shortfall.
+        level: The level the gang had to fit in, or ``None`` for a pool-wide attempt.
+        gpus_short: GPUs missing from the best candidate (the domain, or the pool, that
+            could hold the most replicas), counted in whole replicas: a node's GPUs that
+            cannot hold a full replica do not count. ``0`` when not meaningful.
+        permanent: ``True`` when the gang can never fit this pool as it is, even with
+            every node empty, ready and schedulable (a replica larger than any node, an
+            unknown level, a gang larger than any domain); only a spec change or new nodes
+            help. ``False`` means waiting for capacity may help.
+    """
+
+    reason: str
+    level: str | None
+    gpus_short: int
+    permanent: bool = False
+
+
+Result = Union[Placement, NoFit]
+"""What :func:`place_gang` returns."""
+
+
+@dataclass(frozen=True)
+class PendingGang:
+    """A gang waiting in the admission queue.
+
+    Attributes:
+        key: Unique key, e.g. ``"namespace/name"``; the last tie-break.
+        request: What the gang needs.
+        priority: Higher is admitted first.
+        created: Creation time in seconds (any epoch); older is admitted first within a
+            priority.
+    """
+
+    key: str
+    request: GangRequest
+    priority: int = 0
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    """The outcome of admission for one gang.
+
+    Attributes:
+        key: The gang's key.
+        result: Its :class:`Placement`, or the :class:`NoFit` saying why it waits.
+    """
+
+    key: str
+    result: Result
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the gang got a placement."""
+        return isinstance(self.result, Placement)

@@ -1,0 +1,151 @@
+"""Topology levels: the well-known node labels, detection, and domain helpers."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from ._model import NodeInfo, TopologyLevel
+
+WELL_KNOWN_LEVELS: tuple[TopologyLevel, ...] = (
+    # Tier 0: the NVLink domain (GPUs linked by NVLink across nodes, e.g. GB200 NVL72).
+    # NVIDIA GPU Feature Discovery sets the clique label on MNNVL systems
+    # ("<cluster-uuid>.<clique-id>"); NVIDIA Topograph sets the accelerator label.
+    TopologyLevel("nvlink", "nvidia.com/gpu.clique"),
+    TopologyLevel("accelerator", "network.topology.nvidia.com/accelerator"),
+    # Tier 1: the first network tier above a node.
+    # GKE compact placement / A3-A4 reservations: sub-block, then block
+    # (cloud.google.com/gce-topology-{subblock,block}; gce-topology-host is per host).
+    TopologyLevel("subblock", "cloud.google.com/gce-topology-subblock"),
+    # AWS EC2 instance topology (EKS labels topology.k8s.aws/network-node-layer-N):
+    # layer 3 is the network node closest to the instance, layer 1 the farthest.
+    TopologyLevel("aws-layer-3", "topology.k8s.aws/network-node-layer-3"),
+    # OCI RDMA topology labels on OKE: local block < network block < HPC island.
+    TopologyLevel("local-block", "oci.oraclecloud.com/rdma.local_block_id"),
+    # NVIDIA Topograph (network.topology.nvidia.com/*): accelerator < leaf < spine < core.
+    TopologyLevel("leaf", "network.topology.nvidia.com/leaf"),
+    # Tier 2.
+    TopologyLevel("block", "cloud.google.com/gce-topology-block"),
+    TopologyLevel("aws-layer-2", "topology.k8s.aws/network-node-layer-2"),
+    TopologyLevel("network-block", "oci.oraclecloud.com/rdma.network_block_id"),
+    TopologyLevel("spine", "network.topology.nvidia.com/spine"),
+    # Tier 3: the widest tiers.
+    TopologyLevel("aws-layer-1", "topology.k8s.aws/network-node-layer-1"),
+    TopologyLevel("hpc-island", "oci.oraclecloud.com/rdma.hpc_island_id"),
+    TopologyLevel("core", "network.topology.nvidia.com/core"),
+)
+"""Well-known topology labels, narrowest first.
+
+Within one provider the order is the provider's own nesting (GCE subblock < block; AWS
+layer-3 < layer-2 < layer-1; OCI local block < network block < HPC island; Topograph
+accelerator < leaf < spine < core). Across providers the table interleaves them by tier
+(NVLink domain, first switch tier, second, widest); :func:`detect_levels` only falls back to
+this order where the observed nodes do not say which level nests in which.
+
+Sources: NVIDIA GPU Feature Discovery (``nvidia.com/gpu.clique``); GKE documentation on
+compact placement and topology labels (``cloud.google.com/gce-topology-*``); Amazon EKS /
+EC2 instance topology (``topology.k8s.aws/network-node-layer-*``); OCI OKE RDMA node labels
+(``oci.oraclecloud.com/rdma.*``); NVIDIA Topograph (``network.topology.nvidia.com/*``).
+"""
+
+
+def level_names(levels: Iterable[TopologyLevel]) -> list[str]:
+    """Names of ``levels`` in order."""
+    return [lvl.name for lvl in levels]
+
+
+def check_levels(levels: Sequence[TopologyLevel]) -> None:
+    """Raise :class:`ValueError` if two levels share a name or a node label."""
+    names = [lvl.name for lvl in levels]
+    labels = [lvl.node_label for lvl in levels]
+    if len(set(names)) != len(names):
+        raise ValueError(f"topology level names must be unique: {names}")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"topology level node labels must be unique: {labels}")
+
+
+def _nests(inner: TopologyLevel, outer: TopologyLevel, nodes: Sequence[NodeInfo]) -> bool:
+    """Each ``inner`` domain lies inside one ``outer`` domain on nodes carrying both."""
+    parent: dict[str, str] = {}
+    overlap = False
+    for node in nodes:
+        a = node.labels.get(inner.node_label)
+        b = node.labels.get(outer.node_label)
+        if a is None or b is None:
+            continue
+        overlap = True
+        if parent.setdefault(a, b) != b:
+            return False
+    return overlap
+
+
+def detect_levels(
+    nodes: Sequence[NodeInfo],
+    table: Sequence[TopologyLevel] = WELL_KNOWN_LEVELS,
+) -> list[TopologyLevel]:
+    """Find the well-known topology levels that a pool's nodes carry, narrowest first.
+
+    A level is kept when at least one node carries its label. Order rule: level A goes
+    before level B when A is *strictly narrower* on the observed nodes: among the nodes
+    carrying both labels (at least one), every A domain lies inside a single B domain, and
+    not the other way round. Levels the nodes do not order this way (no node carries both,
+    identical partitions, or domains that cross) keep their order in ``table``. The result
+    is a topological sort of "strictly narrower" that breaks ties by table position (and,
+    should inconsistent labels make a cycle, takes the earliest table entry left).
+
+    Args:
+        nodes: The pool's nodes (any readiness).
+        table: Candidate levels, narrowest first; defaults to :data:`WELL_KNOWN_LEVELS`.
+
+    Returns:
+        The detected levels, narrowest first (possibly empty).
+    """
+    present = [lvl for lvl in table if any(lvl.node_label in n.labels for n in nodes)]
+    count = len(present)
+    before: dict[int, set[int]] = {i: set() for i in range(count)}  # j in before[i]: j first
+    for i in range(count):
+        for j in range(count):
+            if i != j and _nests(present[j], present[i], nodes) and not _nests(
+                present[i], present[j], nodes
+            ):
+                before[i].add(j)
+    ordered: list[int] = []
+    remaining = set(range(count))
+    while remaining:
+        ready = [i for i in sorted(remaining) if not (before[i] & remaining)]
+        pick = ready[0] if ready else min(remaining)
+        ordered.append(pick)
+        remaining.discard(pick)
+    return [present[i] for i in ordered]
+
+
+def domain_path(node: NodeInfo, levels: Sequence[TopologyLevel]) -> tuple[tuple[int, str], ...]:
+    """Sort key: the node's domains from the widest level to the narrowest.
+
+    A node lacking a level's label sorts after the nodes that carry it.
+    """
+    key = []
+    for lvl in reversed(levels):
+        value = node.labels.get(lvl.node_label)
+        key.append((1, "") if value is None else (0, value))
+    return tuple(key)
+
+
+def group_by_domain(
+    nodes: Iterable[NodeInfo], level: TopologyLevel
+) -> dict[str, list[NodeInfo]]:
+    """Nodes by their domain at ``level``; nodes without the label are left out."""
+    groups: dict[str, list[NodeInfo]] = {}
+    for node in nodes:
+        value = node.labels.get(level.node_label)
+        if value is not None:
+            groups.setdefault(value, []).append(node)
+    return groups
+
+
+def find_level(levels: Sequence[TopologyLevel], name: str) -> int | None:
+    """Index of the level called ``name`` in ``levels``, or ``None``."""
+    for i, lvl in enumerate(levels):
+        if lvl.name == name:
+            return i
+    return None
+
