@@ -233,6 +233,7 @@ def test_summarize_pool_numbers():
         ("block", "b9", 1, 4, 1, 3),
     ]
     assert s.domains_omitted == 0
+    assert [d.gpus_capacity for d in s.domains] == [16, 16, 32, 8]
 
 
 def test_summarize_pool_bounds_domains_keeping_the_freest():

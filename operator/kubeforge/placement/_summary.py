@@ -54,6 +54,7 @@ class DomainSummary:
         gpus_allocatable: Sum over those nodes.
         gpus_allocated: Sum over those nodes.
         gpus_free: Sum of free GPUs over the domain's usable nodes.
+        gpus_capacity: Sum of ``gpus_capacity`` over the domain's nodes.
     """
 
     level: str
@@ -62,6 +63,7 @@ class DomainSummary:
     gpus_allocatable: int
     gpus_allocated: int
     gpus_free: int
+    gpus_capacity: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def summarize_pool(
                     gpus_allocatable=counts.allocatable,
                     gpus_allocated=counts.allocated,
                     gpus_free=counts.free,
+                    gpus_capacity=counts.capacity,
                 )
             )
         if len(level_domains) > max_domains_per_level:
