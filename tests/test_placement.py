@@ -464,18 +464,16 @@ def test_node_affinity():
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
                 {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["b0-c0-n1"]},
-                        {"key": CLIQUE, "operator": "In", "values": ["b0-c0"]},
-                    ]
+                    "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b0-c0-n1"]}],
+                    "matchExpressions": [{"key": CLIQUE, "operator": "In", "values": ["b0-c0"]}],
                 }
             ]
         }
     }
     pool = place_gang(gang(2, mode="None"), fleet(), LEVELS)
     terms = node_affinity(pool, 0, LEVELS)["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": [pool.nodes[0]]}
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool.nodes[0]]}]}
     ]
     with pytest.raises(IndexError):
         node_affinity(p, 2, LEVELS)

@@ -13,7 +13,7 @@ Typical use by a handler::
 """
 
 from ._admission import QueueingStrategy, admit, queue_order
-from ._affinity import HOSTNAME_LABEL, node_affinity
+from ._affinity import node_affinity
 from ._fit import place_gang
 from ._model import (
     MODES,
@@ -45,7 +45,6 @@ from ._topology import WELL_KNOWN_LEVELS, detect_levels
 
 __all__ = [
     "DEFAULT_MAX_DOMAINS_PER_LEVEL",
-    "HOSTNAME_LABEL",
     "INTERRUPTION_TAINT_PREFIXES",
     "MODES",
     "SPOT_LABELS",

@@ -7,7 +7,6 @@ from typing import Any, Sequence
 from ._model import Placement, TopologyLevel
 from ._topology import find_level
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def node_affinity(
@@ -19,12 +18,15 @@ def node_affinity(
     in nvlink domain ``nvl-a`` and rank 0 on ``node-1``::
 
         {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]},
+            {"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["node-1"]}],
+             "matchExpressions": [
                 {"key": "nvidia.com/gpu.clique", "operator": "In", "values": ["nvl-a"]}]}]}}
 
-    The hostname label is assumed to equal the node name (the kubelet default). The
-    domain expression is present only when the placement has a level and a domain.
+    The node is pinned by ``matchFields`` on ``metadata.name`` rather than by the
+    ``kubernetes.io/hostname`` label, which some clouds set to something other than the
+    node name. The domain expression is present only when the placement has a level and
+    a domain; both parts of the one term must hold (they are ANDed).
 
     Args:
         placement: A :class:`Placement` from :func:`place_gang` or :func:`admit`.
@@ -40,9 +42,8 @@ def node_affinity(
     """
     if not 0 <= rank < len(placement.nodes):
         raise IndexError(f"rank {rank} out of range for {len(placement.nodes)} replicas")
-    expressions: list[dict[str, Any]] = [
-        {"key": HOSTNAME_LABEL, "operator": "In", "values": [placement.nodes[rank]]}
-    ]
+    fields = [{"key": "metadata.name", "operator": "In", "values": [placement.nodes[rank]]}]
+    expressions: list[dict[str, Any]] = []
     if placement.level is not None and placement.domain is not None:
         index = find_level(levels, placement.level)
         if index is None:
@@ -53,8 +54,7 @@ def node_affinity(
         expressions.append(
             {"key": levels[index].node_label, "operator": "In", "values": [placement.domain]}
         )
-    return {
-        "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": expressions}]
-        }
-    }
+    term: dict[str, Any] = {"matchFields": fields}
+    if expressions:
+        term["matchExpressions"] = expressions
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
