@@ -23,6 +23,14 @@ export CGO_ENABLED=0
 mkdir -p "$BIN"
 log() { echo "[build-tools] $*" >&2; }
 
+# One build at a time: a second caller (another test session, the demo) waits here, then
+# finds the binaries built and returns at once.
+exec 9>"$CACHE/.build.lock"
+if ! flock -n 9; then
+  log "another build is running; waiting for it"
+  flock 9
+fi
+
 if ! command -v go >/dev/null 2>&1; then
   log "Go toolchain not found: installing Debian's golang-go"
   apt-get update -qq && apt-get install -y -qq golang-go >/dev/null
