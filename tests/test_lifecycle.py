@@ -300,8 +300,6 @@ def test_not_ready_node_is_a_preemption_only_after_grace(not_ready_for, grace, p
         assert quiet(plan)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a NotReady node inside its grace sets no requeue_after, "
-                   "so nothing re-checks the node when the grace runs out (TrainingPlan docstring promises it)")
 def test_not_ready_node_within_grace_requeues_when_grace_ends():
     ns = nodes(2, **{"ib0-nvl0-1": NodeView("ib0-nvl0-1", ready=False, not_ready_since=NOW - 20)})
     plan = plan_training(job(2, status=admitted(2, phase="Running")), pods(2), ns, NOW, not_ready_grace=60)
@@ -317,8 +315,6 @@ def test_pod_deleted_by_someone_else_is_a_preemption():
     assert plan.delete_pods == [f"{NAME}-worker-0-0"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a pod of a Running gang that is already gone (deleted by someone "
-                   "else) is re-created under the same name instead of restarting the gang as a preemption")
 def test_pod_of_running_gang_that_vanished_is_a_preemption():
     body = job(2, status=admitted(2, phase="Running", startTime=rfc3339(T0), runningSince=rfc3339(T0)))
     plan = plan_training(body, [pod(0)], nodes(2), NOW)
@@ -461,8 +457,6 @@ def test_some_succeeded_others_running_waits():
     assert plan.create_ranks == [] and plan.delete_pods == [] and not plan.release
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Running job whose rank 0 exited 0 while rank 1 still runs "
-                   "is moved back to phase Pending (while its Running condition stays True)")
 def test_some_succeeded_others_running_keeps_phase_running():
     st = admitted(2, phase="Running", startTime=rfc3339(T0))
     existing = [pod(0, phase="Succeeded", exit_code=0), pod(1)]
@@ -766,29 +760,39 @@ def test_conditions_keep_last_transition_time_when_status_unchanged():
 # --------------------------------------------------------------------------- found by probing
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: suspend does not move to a new attempt, so pods deleted by the "
-                   "suspend that are still terminating when the job is resumed and re-admitted count as the "
-                   "current gang: a terminating Running pod is taken for a preemption")
+def resumed_and_readmitted():
+    """A Running job suspended (its plan applied), resumed, and admitted again."""
+    running = job(2, status=admitted(2, phase="Running"))
+    running["spec"]["suspend"] = True
+    plan = plan_training(running, pods(2), nodes(2), NOW)
+    st = {**running["status"], **plan.status}
+    st.update(phase="Pending", placement=placement(2))
+    return job(2, status=st)
+
+
+def test_suspend_moves_to_a_new_attempt():
+    body = resumed_and_readmitted()
+    assert body["status"]["attempt"] == 1
+    plan = plan_training(body, [], nodes(2), NOW)
+    assert plan.create_ranks == [0, 1]
+
+
 def test_resume_with_pods_still_terminating_from_suspend_is_not_a_preemption():
-    body = job(2, status=admitted(2, phase="Pending"))  # resumed, then admitted again
+    body = resumed_and_readmitted()
     lingering = pods(2, deleting=True)  # deleted by the suspend, still in their grace period
     plan = plan_training(body, lingering, nodes(2), NOW)
     assert "restarts" not in (plan.status or {})
     assert (plan.status or {}).get("phase") != "Restarting"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a worker killed by the suspend (exit 143, phase Failed, being "
-                   "deleted) that is still listed after resume + re-admission is counted as a real failure")
 def test_resume_with_pod_killed_by_suspend_is_not_a_failure():
-    body = job(2, status=admitted(2, phase="Pending"))
+    body = resumed_and_readmitted()
     lingering = [pod(0, phase="Failed", exit_code=143, deleting=True), pod(1, deleting=True, phase="Failed", exit_code=143)]
     plan = plan_training(body, lingering, nodes(2), NOW)
     assert (plan.status or {}).get("restarts", {}).get("failures", 0) == 0
     assert (plan.status or {}).get("phase") not in ("Restarting", "Failed")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pod_view keeps a sidecar's termination message when the GPU "
-                   "container terminated without one (docstring: the GPU container's message)")
 def test_pod_view_does_not_take_sidecar_message_for_gpu_container():
     cs = [
         {"name": "sidecar", "state": {"terminated": {"exitCode": 0, "message": '{"step": 999, "path": "/side"}'}}},

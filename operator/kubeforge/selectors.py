@@ -15,10 +15,14 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     """
     if not selector:
         return True
+    exprs = selector.get("matchExpressions") or []
+    for e in exprs:  # an invalid selector is an error whatever the labels, as in Kubernetes
+        if e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise ValueError(f"unknown label selector operator {e.get('operator')!r}")
     for k, v in (selector.get("matchLabels") or {}).items():
         if labels.get(k) != v:
             return False
-    for e in selector.get("matchExpressions") or []:
+    for e in exprs:
         key, op, values = e["key"], e["operator"], e.get("values") or []
         if op == "In":
             if labels.get(key) not in values:
@@ -29,9 +33,6 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
         elif op == "Exists":
             if key not in labels:
                 return False
-        elif op == "DoesNotExist":
-            if key in labels:
-                return False
-        else:
-            raise ValueError(f"unknown label selector operator {op!r}")
+        elif key in labels:  # DoesNotExist
+            return False
     return True

@@ -1,24 +1,43 @@
-"""InferenceService: validated and reflected in status (serving and autoscaling build on this).
+"""InferenceService: serving objects and the queue-driven autoscaler loop.
 
-At this stage the reconcile checks the spec against the model, resolves the pool, and writes
-``status`` (conditions ``Ready`` / ``ScalingActive``, ``url``, ``desiredReplicas``) once per
-change, with an Event when something is wrong.
+Each reconcile (every ``autoscaling.pollingIntervalSeconds``, and on every change) does:
+
+1. validate the spec; resolve the first existing pool of ``spec.pools``;
+2. create the Service and the Deployment if absent (owned by the InferenceService);
+3. read the queue metric from Prometheus (never from the pods directly);
+4. ask the pure autoscaler (:func:`kubeforge.autoscaling.decide`) for the replica count,
+   capped by what the pool can place now (free GPUs on usable nodes);
+5. patch the Deployment's ``replicas`` when it changes (an Event gives the numbers), and
+   write ``status`` once.
+
+The autoscaler's memory (:class:`~kubeforge.autoscaling.AutoscalerState`) lives in the
+process; after a restart it is seeded from the current replica count, as the HPA seeds from
+``status.desiredReplicas``, so a restart never causes a sudden scale-down.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+import httpx
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from kubeforge import GROUP, VERSION
-from kubeforge.builders.common import get_condition, set_condition
+from kubeforge import GROUP, VERSION, metrics
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
+from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, query_scalar, render_query
+from kubeforge.builders.common import get_condition, rfc3339, set_condition
+from kubeforge.builders.inference import build_deployment, build_service
 from kubeforge.handlers import kube
+from kubeforge.handlers.pools import ledger, pool_view
 from kubeforge.handlers.state import STATE
 
+log = logging.getLogger("kubeforge.inference")
 PLURAL = "inferenceservices"
+_states: dict[tuple[str, str], AutoscalerState] = {}
+_http: httpx.AsyncClient | None = None
 
 
 def _validate(body: dict[str, Any]) -> str | None:
@@ -32,43 +51,153 @@ def _validate(body: dict[str, Any]) -> str | None:
         return f"{'.'.join(str(x) for x in first.get('loc', ()))}: {first.get('msg')}"
 
 
-async def reconcile_service(key: tuple[str, str]) -> float | None:
-    """Validate and report one InferenceService; returns seconds to requeue."""
-    await STATE.ready.wait()
-    ns, name = key
+def policy_from_spec(spec: dict[str, Any]) -> AutoscalingPolicy:
+    """Map ``spec`` (camelCase, API defaults applied) to the pure core's policy."""
+    a = spec.get("autoscaling") or {}
+    up = a.get("scaleUp") or {}
+    down = a.get("scaleDown") or {}
+    kw: dict[str, Any] = {
+        "min_replicas": int(spec.get("minReplicas", 1)),
+        "max_replicas": int(spec.get("maxReplicas", 4)),
+        "gpus_per_replica": int(spec.get("gpusPerReplica", 1)),
+    }
+    for src, dst in (("targetPerReplica", "target_per_replica"), ("tolerance", "tolerance"),
+                     ("activationThreshold", "activation_threshold"), ("scaleToZeroAfterSeconds", "scale_to_zero_after_seconds")):
+        if a.get(src) is not None:
+            kw[dst] = float(a[src])
+    for rules, prefix in ((up, "scale_up"), (down, "scale_down")):
+        if rules.get("stabilizationWindowSeconds") is not None:
+            kw[f"{prefix}_stabilization_seconds"] = float(rules["stabilizationWindowSeconds"])
+        if rules.get("maxStep") is not None:
+            kw[f"{prefix}_max_step"] = int(rules["maxStep"])
+        if rules.get("periodSeconds") is not None:
+            kw[f"{prefix}_period_seconds"] = float(rules["periodSeconds"])
+    return AutoscalingPolicy(**kw)
+
+
+def query_for(spec: dict[str, Any], namespace: str, name: str) -> str:
+    """The PromQL to run: the user's query (Custom or any given), else the metric's default."""
+    a = spec.get("autoscaling") or {}
+    template = a.get("query") or DEFAULT_QUERIES.get(a.get("metric") or "VLLMWaiting", DEFAULT_QUERIES["VLLMWaiting"])
+    return render_query(template, namespace, name)
+
+
+def placeable(view, gpus_per_replica: int, current: int) -> int | None:
+    """Replicas the pool can hold in total now: current ones plus whole replicas that fit in
+    the free GPUs of usable nodes. None when there is no pool view."""
+    if view is None:
+        return None
+    extra = sum(n.gpus_free // gpus_per_replica for n in view.nodes if n.usable)
+    return current + extra
+
+
+async def _get(fn, *args):
     try:
-        body = await kube._call(kube.custom().get_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name)
+        return await kube._call(fn, *args)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+
+
+async def reconcile_service(key: tuple[str, str]) -> float | None:
+    """One autoscaling step for one InferenceService; returns seconds until the next."""
+    global _http
+    await STATE.ready.wait()
+    ns, name = key
+    body = await _get(kube.custom().get_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        _states.pop(key, None)
+        return None
     now = time.time()
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     gen = body["metadata"].get("generation")
     conds = status.get("conditions")
+    interval = float((spec.get("autoscaling") or {}).get("pollingIntervalSeconds", 5))
     err = _validate(body)
-    pools = spec.get("pools") or []
-    missing = [p for p in pools if STATE.one("kf_pools", p) is None]
-    if err:
-        conds = set_condition(conds, "Ready", False, "InvalidSpec", err, now, gen)
-    elif missing:
-        conds = set_condition(conds, "Ready", False, "PoolNotFound", f"GPUPool {missing[0]!r} does not exist", now, gen)
+    pool_name = next((p for p in spec.get("pools") or [] if STATE.one("kf_pools", p) is not None), None)
+    if err or pool_name is None:
+        reason, msg = ("InvalidSpec", err) if err else ("PoolNotFound", f"none of the GPUPools {spec.get('pools')} exists")
+        old = get_condition(conds, "Ready")
+        if not old or old.get("reason") != reason or old.get("message") != msg:
+            conds = set_condition(conds, "Ready", False, reason, msg, now, gen)
+            await kube.patch_status(PLURAL, ns, name, {"conditions": conds, "observedGeneration": gen})
+            await kube.event(body, "Warning", reason, msg, now)
+        return 30.0
+
+    res = (STATE.one("kf_pools", pool_name).get("spec") or {}).get("gpuResourceName") or "nvidia.com/gpu"
+    per_node, _ = ledger(res)
+    view = pool_view(pool_name, per_node)
+    policy = policy_from_spec(spec)
+    await kube.create_if_absent("Service", ns, build_service(body))
+    dep = await _get(kube.apps().read_namespaced_deployment, name, ns)
+    level_label = None
+    topo = spec.get("topology") or {}
+    if topo.get("mode") == "Required" and topo.get("level") and view:
+        level_label = next((l.node_label for l in view.levels if l.name == topo["level"]), None)
+    if dep is None:
+        first = max(policy.min_replicas, 0)
+        cap = placeable(view, policy.gpus_per_replica, 0)
+        if cap is not None:
+            first = min(first, cap)
+        manifest = build_deployment(body, replicas=first, gpu_resource=res, node_selector=(view.body.get("spec") or {}).get("nodeSelector") if view else None,
+                                    tolerations=view.tolerations if view else [], pool=pool_name, level_label=level_label)
+        await kube.create_if_absent("Deployment", ns, manifest)
+        await kube.event(body, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
+        dep = await _get(kube.apps().read_namespaced_deployment, name, ns)
+    dep_d = kube.api().sanitize_for_serialization(dep) if dep is not None else {}
+    current = int((dep_d.get("spec") or {}).get("replicas") or 0)
+    dep_st = dep_d.get("status") or {}
+
+    a = spec.get("autoscaling") or {}
+    if _http is None:
+        _http = httpx.AsyncClient()
+    q = await query_scalar(_http, a.get("prometheusURL") or "http://prometheus-operated.monitoring.svc:9090", query_for(spec, ns, name), timeout=2.0)
+    state = _states.get(key) or AutoscalerState()
+    d = decide(policy, state, current, q.value, now, placeable(view, policy.gpus_per_replica, current))
+    _states[key] = d.state
+    metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
+    patch: dict[str, Any] = {}
+    if d.desired != current:
+        await kube._call(kube.apps().patch_namespaced_deployment_scale, name, ns, {"spec": {"replicas": d.desired}})
+        patch["lastScaleTime"] = rfc3339(now)
+        patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
+        await kube.event(body, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+    ready = int(dep_st.get("readyReplicas") or 0)
+    if q.value is not None:
+        patch["lastMetricValue"] = q.value
+        patch["lastMetricTime"] = rfc3339(q.time or now)
+    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason,
+                          d.inactive_reason or d.reason, now, gen)
+    conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
+                          d.limited_reason or "desired replicas within bounds and capacity", now, gen)
+    if d.desired == 0 and policy.min_replicas == 0:
+        conds = set_condition(conds, "Ready", True, "ScaledToZero", "no replicas: scaled to zero while idle", now, gen)
     else:
-        conds = set_condition(conds, "Ready", False, "Accepted", "spec accepted; serving replicas are not created yet", now, gen)
-    conds = set_condition(conds, "ScalingActive", False, "NotStarted", "the autoscaler has not run yet", now, gen)
-    patch = {
+        conds = set_condition(conds, "Ready", ready > 0, "ReplicasReady" if ready else "NoReadyReplicas",
+                              f"{ready} of {d.desired} replicas ready", now, gen)
+    patch.update({
         "observedGeneration": gen,
+        "replicas": int(dep_st.get("replicas") or 0),
+        "readyReplicas": ready,
+        "desiredReplicas": d.desired,
         "conditions": conds,
         "url": f"http://{name}.{ns}.svc:{spec.get('port', 8000)}",
-        "desiredReplicas": int(spec.get("minReplicas", 1)),
-        "replicas": 0,
-        "readyReplicas": 0,
-    }
-    old = get_condition(status.get("conditions"), "Ready")
-    new = get_condition(conds, "Ready")
-    if status.get("observedGeneration") != gen or not old or old.get("reason") != new["reason"] or old.get("message") != new["message"]:
+    })
+    if _changed(status, patch):
         await kube.patch_status(PLURAL, ns, name, patch)
-        if new["reason"] in ("InvalidSpec", "PoolNotFound"):
-            await kube.event(body, "Warning", new["reason"], new["message"], now)
-    return 30.0
+    return interval
+
+
+def _changed(old: dict[str, Any], patch: dict[str, Any]) -> bool:
+    for k, v in patch.items():
+        if k == "conditions":
+            strip = lambda cs: [{x: y for x, y in c.items() if x != "lastTransitionTime"} for c in cs or []]
+            if strip(v) != strip(old.get("conditions")):
+                return True
+        elif k == "lastMetricTime":
+            continue  # moves every poll; written along with anything else that changed
+        elif old.get(k) != v:
+            return True
+    return False

@@ -111,8 +111,13 @@ def interruption_reason(node: NodeView | None, now: float, not_ready_grace: floa
 
 
 def restart_attempt(status: Mapping[str, Any] | None) -> int:
-    """The gang's current attempt: restarts after failures plus restarts after preemptions."""
-    r = (status or {}).get("restarts") or {}
+    """The gang's current attempt (``status.attempt``): +1 every time the whole gang is
+    stopped (failure, preemption, suspend), so pods of an earlier run never count as the
+    current gang. Older statuses without the field: failures + preemptions."""
+    st = status or {}
+    if st.get("attempt") is not None:
+        return int(st["attempt"])
+    r = st.get("restarts") or {}
     return int(r.get("failures", 0)) + int(r.get("preemptions", 0))
 
 
@@ -143,10 +148,12 @@ def pod_view(pod: Mapping[str, Any], gpu_container_names: Sequence[str] = ("trai
     names = [c.get("name") for c in spec.get("containers") or []]
     main = next((n for n in names if n in gpu_container_names), names[0] if names else None)
     for cs in cstatuses:
+        if cs.get("name") != main:
+            continue
         term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term and (cs.get("name") == main or exit_code is None):
+        if term:
             exit_code = term.get("exitCode")
-            message = term.get("message") or message
+            message = term.get("message")
     return PodView(
         name=md.get("name", ""),
         rank=int(labels.get("kubeforge.io/replica-index", 0)),
@@ -272,7 +279,7 @@ def plan_training(
         plan.delete_pods = [p.name for p in live]
         if phase != "Suspended" or placement:
             finish_running_segment()
-            new.update({"phase": "Suspended", "placement": None})
+            new.update({"phase": "Suspended", "placement": None, "attempt": attempt + 1})
             cond("Suspended", True, "JobSuspended", "spec.suspend is true: pods deleted, checkpoint PVC and status kept")
             cond("Running", False, "JobSuspended", "suspended")
             cond("Admitted", False, "JobSuspended", "suspended jobs hold no GPUs")
@@ -308,16 +315,24 @@ def plan_training(
             reasons.append(f"pod {p.name}: DisruptionTarget ({p.disruption})")
         elif p.deleting and p.phase not in TERMINAL_PHASES:
             reasons.append(f"pod {p.name} deleted")
-    for rank, node in enumerate(nodes_of):
-        r = interruption_reason(nodes.get(node), now, not_ready_grace)
+    if phase == "Running":
+        for rank in range(replicas):
+            if rank not in by_rank:
+                reasons.append(f"rank {rank}'s pod disappeared from the running gang")
+    for node in sorted(set(nodes_of)):
+        view = nodes.get(node)
+        r = interruption_reason(view, now, not_ready_grace)
         if r:
             reasons.append(r)
+        elif view is not None and not view.ready and view.not_ready_since is not None:
+            wait = not_ready_grace - (now - view.not_ready_since)
+            plan.requeue_after = wait if plan.requeue_after is None else min(plan.requeue_after, wait)
     all_done = len(current) == replicas and all(p.phase == "Succeeded" for p in current)
     if reasons and not all_done:
         restarts["preemptions"] += 1
         finish_running_segment()
         msg = "; ".join(sorted(set(reasons))[:5])
-        new.update({"phase": "Restarting", "restarts": restarts, "placement": None})
+        new.update({"phase": "Restarting", "restarts": restarts, "placement": None, "attempt": attempt + 1})
         cond("Preempted", True, "Preempted", msg)
         cond("Running", False, "Preempted", "gang stopped to checkpoint and move")
         cond("Admitted", False, "Preempted", "waiting to be placed again away from the lost nodes")
@@ -344,7 +359,7 @@ def plan_training(
             restarts["failures"] += 1
             delay = _backoff(fp, restarts["failures"])
             new.update({"phase": "Restarting", "restarts": restarts, "placement": None,
-                        "restartNotBefore": rfc3339(now + delay)})
+                        "restartNotBefore": rfc3339(now + delay), "attempt": attempt + 1})
             cond("Running", False, "WorkerFailed", f"{why}; restart {restarts['failures']}/{max_restarts} in {delay:.0f}s")
             cond("Admitted", False, "Backoff", f"restarting after {delay:.0f}s backoff")
             plan.events.append(("Warning", "WorkerFailed", f"{why}; restarting the gang in {delay:.0f}s ({restarts['failures']}/{max_restarts})"))
@@ -381,8 +396,6 @@ def plan_training(
             if get_condition(conds, "Preempted") and get_condition(conds, "Preempted")["status"] == "True":
                 cond("Preempted", False, "Recovered", "gang running again")
             plan.events.append(("Normal", "Running", f"all {replicas} workers running in {placement.get('level') or 'pool'} {placement.get('domain') or placement.get('pool')}"))
-    elif phase not in ("Pending", "Restarting") and "phase" not in new:
-        new["phase"] = "Pending"
     new["replicas"] = {
         "active": sum(1 for p in current if p.phase in ("Pending", "Running")),
         "ready": sum(1 for p in current if p.ready),
