@@ -15,7 +15,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-tools.sh"
-TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwokctl", "helm")
+CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwokctl")
+TOOLS = CLUSTER_TOOLS + ("helm",)
 
 
 class ToolsError(RuntimeError):
@@ -41,12 +42,19 @@ def ensure_tools() -> Path:
         if proc.returncode != 0:
             raise ToolsError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode} (its log is above)")
         bin_dir = Path(proc.stdout.strip().splitlines()[-1])
-    missing = [t for t in TOOLS if not (bin_dir / t).exists()]
+    missing = [t for t in CLUSTER_TOOLS if not (bin_dir / t).exists()]
     if missing:
         raise ToolsError(f"missing in {bin_dir}: {', '.join(missing)}")
     return bin_dir
 
 
 def tool(name: str) -> str:
-    """The absolute path of one binary (building the set first if needed)."""
-    return str(ensure_tools() / name)
+    """The absolute path of one binary (building the set first if needed).
+
+    Raises:
+        ToolsError: that binary is not in the cache.
+    """
+    path = ensure_tools() / name
+    if not path.exists():
+        raise ToolsError(f"{name} missing in {path.parent}")
+    return str(path)
