@@ -168,8 +168,7 @@ def test_schema_is_structural(kind: str) -> None:
 @pytest.mark.parametrize("kind", list(FILES))
 def test_metadata_is_a_plain_object(kind: str) -> None:
     schema = schema_of(kind)
-    assert schema["properties"]["metadata"]["type"] == "object"
-    assert "properties" not in schema["properties"]["metadata"]
+    assert schema["properties"]["metadata"] == {"type": "object"}
 
 
 @pytest.mark.parametrize("kind", list(FILES))
@@ -177,9 +176,20 @@ def test_every_property_is_described_starting_with_its_name(kind: str) -> None:
     schema = schema_of(kind)
     assert schema.get("description"), "root description"
     for path, name, sub in properties(kind):
+        if path == ".metadata":  # the API server forbids anything but its type
+            continue
         description = sub.get("description", "")
         assert description, f"{path} has no description"
         assert description.startswith(name), f"{path}: {description!r}"
+
+
+@pytest.mark.parametrize("kind", list(FILES))
+def test_object_defaults_are_spelled_out(kind: str) -> None:
+    """The API server checks a default against its object's CEL rules before filling in
+    nested defaults, so ``default: {}`` on an object with rules is rejected."""
+    for path, node in walk(schema_of(kind)):
+        if node.get("type") == "object" and "x-kubernetes-validations" in node:
+            assert node.get("default", None) != {}, path
 
 
 @pytest.mark.parametrize("kind", list(FILES))
@@ -223,7 +233,10 @@ def test_cel_rules_are_present(kind: str, path: str, message: str) -> None:
                                        "x-kubernetes-list-type": "set"}),
         ("TrainingJob", "spec.priority", {"default": 0}),
         ("TrainingJob", "spec.suspend", {"default": False}),
-        ("TrainingJob", "spec.topology", {"default": {}}),
+        ("TrainingJob", "spec.topology", {"default": {"mode": "Preferred"}}),
+        ("TrainingJob", "spec.failurePolicy", {"default": {
+            "maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600,
+            "preemptionsBeforeFallback": 2}}),
         ("TrainingJob", "spec.topology.mode", {"default": "Preferred",
                                                "enum": ["Required", "Preferred", "None"]}),
         ("TrainingJob", "spec.checkpoint.size", {"default": "10Gi",
@@ -296,7 +309,8 @@ def test_required_spec_fields(kind: str, required: list[str]) -> None:
 def test_gpu_pool_spec_may_be_left_out() -> None:
     schema = schema_of("GPUPool")
     assert "required" not in schema
-    assert schema["properties"]["spec"]["default"] == {}
+    assert schema["properties"]["spec"]["default"] == {
+        "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto"}
 
 
 @pytest.mark.parametrize(

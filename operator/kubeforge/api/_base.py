@@ -69,3 +69,20 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_plain(v) for v in value]
     return value
+
+
+def _prune_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        pruned = {k: _prune_empty(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v not in ({}, [])}
+    return value
+
+
+def schema_default(model: type[KubeModel]) -> dict[str, Any]:
+    """Returns ``json_schema_extra`` giving an object field its model's defaults, spelled out.
+
+    The API server checks a default against the CEL rules of its object *before* filling in
+    nested defaults, so ``default: {}`` fails a rule such as ``self.mode != 'Required'``;
+    the fully written default passes, and `kubectl explain` shows it.
+    """
+    return {"default": _prune_empty(model().to_dict())}

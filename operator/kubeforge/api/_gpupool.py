@@ -15,6 +15,7 @@ from ._base import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
     KubeModel,
+    schema_default,
 )
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
 
@@ -74,7 +75,7 @@ class GPUPoolSpec(KubeModel):
         default_factory=LabelSelector,
         description="nodeSelector selects the pool's nodes by label (a metav1.LabelSelector). "
         "Empty selects every node that has the GPU resource.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(LabelSelector),
     )
     gpu_resource_name: str = Field(
         default=DEFAULT_GPU_RESOURCE_NAME,
@@ -274,7 +275,7 @@ class GPUPool(KubeModel):
     spec: GPUPoolSpec = Field(
         default_factory=GPUPoolSpec,
         description="spec is the desired state of the pool.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(GPUPoolSpec),
     )
     status: Optional[GPUPoolStatus] = Field(
         default=None, description="status is the observed state of the pool."

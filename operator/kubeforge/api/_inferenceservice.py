@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .. import API_VERSION
-from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, schema_default
 from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
@@ -159,12 +159,12 @@ class Autoscaling(KubeModel):
     scale_up: ScaleUpRules = Field(
         default_factory=ScaleUpRules,
         description="scaleUp limits how fast replicas are added.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(ScaleUpRules),
     )
     scale_down: ScaleDownRules = Field(
         default_factory=ScaleDownRules,
         description="scaleDown limits how fast replicas are removed.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(ScaleDownRules),
     )
 
     @model_validator(mode="after")
@@ -224,12 +224,12 @@ class InferenceServiceSpec(KubeModel):
     topology: ServingTopology = Field(
         default_factory=ServingTopology,
         description="topology keeps each multi-GPU replica inside one node or NVLink domain.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(ServingTopology),
     )
     autoscaling: Autoscaling = Field(
         default_factory=Autoscaling,
         description="autoscaling sizes the service from its request queue.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(Autoscaling),
     )
 
     _check_pools = field_validator("pools")(check_unique_pools)

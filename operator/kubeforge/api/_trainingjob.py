@@ -9,7 +9,13 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .. import API_VERSION
-from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, MAX_NAME_LENGTH, KubeModel
+from ._base import (
+    DNS_LABEL_PATTERN,
+    MAX_LABEL_LENGTH,
+    MAX_NAME_LENGTH,
+    KubeModel,
+    schema_default,
+)
 from ._core import Condition, ObjectMeta, PodTemplate, Quantity, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
@@ -212,17 +218,17 @@ class TrainingJobSpec(KubeModel):
         default_factory=TrainingTopology,
         description="topology says how tightly the replicas are packed in the pool's "
         "interconnect hierarchy.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(TrainingTopology),
     )
     checkpoint: Checkpoint = Field(
         default_factory=Checkpoint,
         description="checkpoint is the volume that keeps checkpoints across restarts.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(Checkpoint),
     )
     failure_policy: FailurePolicy = Field(
         default_factory=FailurePolicy,
         description="failurePolicy says how failures and preemptions are retried.",
-        json_schema_extra={"default": {}},
+        json_schema_extra=schema_default(FailurePolicy),
     )
     suspend: bool = Field(
         default=False,

@@ -83,12 +83,8 @@ _ROOT_PROPERTIES = {
         "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
         "#types-kinds",
     },
-    "metadata": {
-        "type": "object",
-        "description": "metadata is the standard object metadata. More info: "
-        "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
-        "#metadata",
-    },
+    # The API server allows nothing else here (not even a description).
+    "metadata": {"type": "object"},
 }
 
 

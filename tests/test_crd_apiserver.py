@@ -1,0 +1,223 @@
+"""The generated CRDs against a real API server: accepted, explained, validating, defaulting.
+
+Uses the ``cluster`` and ``namespace`` fixtures of tests/conftest.py; the session fixture has
+already applied crds/.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from kubeforge.api import (
+    Condition,
+    ConditionStatus,
+    TrainingJobPhase,
+    TrainingJobStatus,
+    parse_gpu_pool,
+    parse_inference_service,
+    parse_training_job,
+)
+
+pytestmark = pytest.mark.cluster
+
+CRDS = ["gpupools.kubeforge.io", "trainingjobs.kubeforge.io", "inferenceservices.kubeforge.io"]
+TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+def training_job(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"pools": ["pool-a"], "replicas": 2, "gpusPerReplica": 8,
+                            "template": TEMPLATE}
+    body.update(spec)
+    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": name}, "spec": body}
+
+
+def inference_service(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"pools": ["pool-a"], "template": TEMPLATE}
+    body.update(spec)
+    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name}, "spec": body}
+
+
+def apply(cluster: Any, namespace: str, obj: dict[str, Any], check: bool = True) -> Any:
+    return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(obj),
+                           check=check)
+
+
+def get_json(cluster: Any, *args: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def flat(text: str) -> str:
+    """Joins kubectl's wrapped lines so that phrases can be matched."""
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crd", CRDS)
+def test_crd_is_established(cluster: Any, crd: str) -> None:
+    established = cluster.kubectl(
+        "get", "crd", crd, "-o", 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    ).stdout
+    assert established == "True"
+    accepted = cluster.kubectl(
+        "get", "crd", crd,
+        "-o", 'jsonpath={.status.conditions[?(@.type=="NamesAccepted")].status}',
+    ).stdout
+    assert accepted == "True"
+
+
+@pytest.mark.parametrize(
+    "resource, phrases",
+    [
+        ("trainingjob.spec", [
+            "replicas is the number of worker pods",
+            "gpusPerReplica is the number of GPUs each worker pod requests",
+            "pools are the names of the GPUPools",
+            "failurePolicy says how failures and preemptions are retried",
+        ]),
+        ("trainingjob.spec.checkpoint.mountPath", ["mountPath is the absolute path"]),
+        ("trainingjob.status.restarts", ["preemptions is the number of restarts after preemption"]),
+        ("gpupool.spec", ["capacityType says whether the nodes are Spot, OnDemand, or Auto",
+                          "pricePerGPUHour is the price of one GPU-hour"]),
+        ("inferenceservice.spec.autoscaling", ["targetPerReplica is the queue length",
+                                               "activationThreshold"]),
+    ],
+)
+def test_kubectl_explain_teaches_the_fields(cluster: Any, resource: str,
+                                           phrases: list[str]) -> None:
+    out = flat(cluster.kubectl("explain", resource, "--api-version=kubeforge.io/v1alpha1").stdout)
+    for phrase in phrases:
+        assert phrase in out, out
+
+
+@pytest.mark.parametrize(
+    "name, spec, fragments",
+    [
+        ("replicas-zero", {"replicas": 0},
+         ["spec.replicas", "should be greater than or equal to 1"]),
+        ("gpus-negative", {"gpusPerReplica": -1},
+         ["spec.gpusPerReplica", "should be greater than or equal to 1"]),
+        ("mode-sideways", {"topology": {"mode": "Sideways"}},
+         ["spec.topology.mode", 'Unsupported value: "Sideways"']),
+        ("required-without-level", {"topology": {"mode": "Required"}},
+         ["spec.topology", "topology.level is required when topology.mode is Required"]),
+        ("relative-mount-path", {"checkpoint": {"mountPath": "checkpoints"}},
+         ["spec.checkpoint.mountPath",
+          "checkpoint.mountPath must be an absolute path (start with /)"]),
+        ("no-pools", {"pools": []}, ["spec.pools", "should have at least 1 items"]),
+    ],
+)
+def test_invalid_training_job_is_rejected(cluster: Any, namespace: str, name: str,
+                                          spec: dict[str, Any], fragments: list[str]) -> None:
+    result = apply(cluster, namespace, training_job(name, **spec), check=False)
+    assert result.returncode != 0, result.stdout
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, spec, fragments",
+    [
+        ("min-above-max", {"minReplicas": 5, "maxReplicas": 2},
+         ["minReplicas must be less than or equal to maxReplicas"]),
+        ("min-above-default-max", {"minReplicas": 5},
+         ["minReplicas must be less than or equal to maxReplicas"]),
+        ("custom-without-query", {"autoscaling": {"metric": "Custom"}},
+         ["spec.autoscaling", "autoscaling.query is required when autoscaling.metric is Custom"]),
+    ],
+)
+def test_invalid_inference_service_is_rejected(cluster: Any, namespace: str, name: str,
+                                               spec: dict[str, Any],
+                                               fragments: list[str]) -> None:
+    result = apply(cluster, namespace, inference_service(name, **spec), check=False)
+    assert result.returncode != 0, result.stdout
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_valid_training_job_is_accepted_and_defaulted(cluster: Any, namespace: str) -> None:
+    apply(cluster, namespace, training_job("ok"))
+    obj = get_json(cluster, "-n", namespace, "trainingjob", "ok")
+    spec = obj["spec"]
+    assert spec["priority"] == 0
+    assert spec["suspend"] is False
+    assert spec["topology"] == {"mode": "Preferred"}
+    assert spec["checkpoint"] == {"size": "10Gi", "accessModes": ["ReadWriteMany"],
+                                  "mountPath": "/checkpoints", "deletionPolicy": "Retain"}
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "backoffSeconds": 10,
+                                     "maxBackoffSeconds": 600, "preemptionsBeforeFallback": 2}
+    # The template survives untouched (preserve-unknown-fields, no pruning).
+    assert spec["template"] == TEMPLATE
+    # And the model reads what the API server returns.
+    job = parse_training_job(obj)
+    assert job.metadata.namespace == namespace and job.spec.checkpoint.size == "10Gi"
+
+
+def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespace: str) -> None:
+    apply(cluster, namespace, inference_service("ok", autoscaling={"scaleDown": {"maxStep": 2}}))
+    obj = get_json(cluster, "-n", namespace, "inferenceservice", "ok")
+    spec = obj["spec"]
+    assert (spec["gpusPerReplica"], spec["port"], spec["minReplicas"], spec["maxReplicas"]) == (
+        1, 8000, 1, 4)
+    assert spec["topology"] == {"mode": "Required"}
+    auto = spec["autoscaling"]
+    assert auto["prometheusURL"] == "http://prometheus-operated.monitoring.svc:9090"
+    assert auto["metric"] == "VLLMWaiting"
+    assert auto["targetPerReplica"] == 4
+    assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 15}
+    assert auto["scaleDown"] == {"stabilizationWindowSeconds": 60, "maxStep": 2,
+                                 "periodSeconds": 30}
+    assert parse_inference_service(obj).spec.autoscaling.scale_down.max_step == 2
+
+
+def test_valid_gpu_pool_is_accepted_and_defaulted(cluster: Any) -> None:
+    name = f"crd-test-{uuid.uuid4().hex[:8]}"
+    pool = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": name},
+            "spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
+    try:
+        obj = get_json(cluster, "gpupool", name)
+        assert obj["spec"]["gpuResourceName"] == "nvidia.com/gpu"
+        assert obj["spec"]["capacityType"] == "Auto"
+        assert parse_gpu_pool(obj).metadata.name == name
+        bad = dict(pool, spec={"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]})
+        result = cluster.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+        assert result.returncode != 0
+        assert "value must be empty when operator is Exists" in result.stderr
+    finally:
+        cluster.kubectl("delete", "gpupool", name, "--wait=false", check=False)
+
+
+def test_status_written_from_the_model_is_accepted(cluster: Any, namespace: str) -> None:
+    """The status subresource takes what the models serialize (date-times, conditions)."""
+    from datetime import datetime, timezone
+
+    apply(cluster, namespace, training_job("status"))
+    now = datetime(2025, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+    status = TrainingJobStatus(
+        observed_generation=1,
+        phase=TrainingJobPhase.PENDING,
+        conditions=[Condition(type="Admitted", status=ConditionStatus.FALSE, reason="NoCapacity",
+                              message="waiting for 16 GPUs", last_transition_time=now)],
+        start_time=now,
+    )
+    patched = cluster.kubectl(
+        "patch", "-n", namespace, "trainingjob", "status", "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": status.to_dict()}), "-o", "json",
+    ).stdout
+    job = parse_training_job(json.loads(patched))
+    assert job.status is not None
+    assert job.status.phase is TrainingJobPhase.PENDING
+    assert job.status.conditions[0].last_transition_time == now
+    assert job.status.start_time == now
+    # The printer columns read the status.
+    table = cluster.kubectl("get", "-n", namespace, "tj", "status").stdout
+    assert table.split()[:9] == ["NAME", "PHASE", "POOL", "DOMAIN", "REPLICAS", "GPUS/REPLICA",
+                                 "PREEMPTIONS", "FAILURES", "AGE"]
