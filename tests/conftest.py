@@ -83,3 +83,96 @@ def wait_for(pred: Callable[[], object], timeout: float = 60, interval: float = 
 
 def get_json(cluster, *args: str) -> dict:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+# --- builders for cluster tests -----------------------------------------------------------
+
+
+def apply(cluster, obj: dict) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+@pytest.fixture
+def fleet(cluster, namespace):
+    """Make a small fleet of kwok GPU nodes private to this test; returns a factory.
+
+    ``fleet(cliques=2, nodes=2, gpus=8, blocks=1, spot=False)`` creates nodes named
+    ``<ns>-b<block>-c<clique>-<i>`` labelled ``kubeforge.io/test-fleet=<ns>``, with
+    ``nvidia.com/gpu.clique`` and ``cloud.google.com/gce-topology-block`` labels, and a
+    GPUPool named ``<ns>`` selecting exactly them. Nodes and pool are deleted afterwards.
+    """
+    from kubeforge.sim.fleet import Fleet, node_manifests
+
+    made: list[str] = []
+
+    def make(cliques: int = 2, nodes: int = 2, gpus: int = 8, blocks: int = 1, spot: bool = False,
+             pool_spec: dict | None = None) -> list[str]:
+        groups = []
+        for b in range(blocks):
+            for c in range(cliques):
+                groups.append({
+                    "name": f"b{b}-c{c}", "count": nodes, "capacityType": "spot" if spot else "on-demand",
+                    "gpu": {"count": gpus},
+                    "labels": {"kubeforge.io/test-fleet": namespace, "nvidia.com/gpu.clique": f"{namespace}.b{b}c{c}",
+                               "cloud.google.com/gce-topology-block": f"{namespace}-b{b}"},
+                })
+        f = Fleet.model_validate({"name": "test", "nodePrefix": f"{namespace}-", "groups": groups})
+        manifests = node_manifests(f)
+        cluster.apply_nodes(manifests)
+        names = [m["metadata"]["name"] for m in manifests]
+        made.extend(names)
+        wait_for(lambda: all(_node_ready(cluster, n) for n in names), timeout=60, what="kwok nodes Ready")
+        apply(cluster, {
+            "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": namespace},
+            "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": namespace}}, **(pool_spec or {})},
+        })
+        return names
+
+    yield make
+    cluster.kubectl("delete", "gpupool", namespace, "--ignore-not-found", "--wait=false", check=False)
+    if made:
+        cluster.kubectl("delete", "node", *made, "--ignore-not-found", "--wait=false", check=False)
+
+
+def _node_ready(cluster, name: str) -> bool:
+    out = cluster.kubectl("get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    return out.stdout.strip() == "True"
+
+
+def training_job(name: str, namespace: str, replicas: int = 2, gpus: int = 8, mode: str = "Required",
+                 level: str | None = "nvlink", pools: list[str] | None = None, **spec) -> dict:
+    """A TrainingJob manifest; ``spec`` keys override/extend the spec."""
+    topo = {"mode": mode}
+    if level:
+        topo["level"] = level
+    return {
+        "apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "pools": pools or [namespace], "replicas": replicas, "gpusPerReplica": gpus, "topology": topo,
+            "template": {"spec": {"terminationGracePeriodSeconds": 5,
+                                  "containers": [{"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"]}]}},
+            **spec,
+        },
+    }
+
+
+def job_pods(cluster, namespace: str, job: str) -> list[dict]:
+    return get_json(cluster, "pods", "-n", namespace, "-l", f"kubeforge.io/job-name={job}")["items"]
+
+
+def job_status(cluster, namespace: str, job: str) -> dict:
+    return get_json(cluster, "trainingjob", job, "-n", namespace).get("status") or {}
+
+
+def condition(status: dict, type_: str) -> dict | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+
+def running_pods(cluster, namespace: str, job: str) -> list[dict]:
+    return [p for p in job_pods(cluster, namespace, job)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def events_for(cluster, namespace: str, name: str) -> list[dict]:
+    return get_json(cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")["items"]

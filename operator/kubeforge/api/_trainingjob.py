@@ -362,6 +362,23 @@ class TrainingJobStatus(KubeModel):
     replicas: ReplicaCounts = Field(
         default_factory=ReplicaCounts, description="replicas counts the worker pods."
     )
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="attempt is the gang's current run: 0 first, +1 every time the whole gang is "
+        "stopped (failure, preemption, suspend). Pods carry it in the "
+        "kubeforge.io/restart-attempt label; pods of an older attempt never count.",
+    )
+    running_since: Optional[datetime] = Field(
+        default=None,
+        description="runningSince is when the current running segment started (or was last "
+        "folded into gpuHours); empty while the gang is not running.",
+    )
+    restart_not_before: Optional[datetime] = Field(
+        default=None,
+        description="restartNotBefore is the end of the backoff after a worker failure: the "
+        "gang is not placed again before this time.",
+    )
 
 
 class TrainingJob(KubeModel):

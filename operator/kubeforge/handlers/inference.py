@@ -41,14 +41,13 @@ _http: httpx.AsyncClient | None = None
 
 
 def _validate(body: dict[str, Any]) -> str | None:
-    from kubeforge.api import InferenceService
+    from kubeforge.api import describe_validation_error, parse_inference_service
 
     try:
-        InferenceService.model_validate(body)
+        parse_inference_service(body)
         return None
     except ValidationError as e:
-        first = e.errors()[0]
-        return f"{'.'.join(str(x) for x in first.get('loc', ()))}: {first.get('msg')}"
+        return describe_validation_error(e)
 
 
 def policy_from_spec(spec: dict[str, Any]) -> AutoscalingPolicy:

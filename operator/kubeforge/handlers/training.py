@@ -38,15 +38,13 @@ RESYNC_SECONDS = 15.0  # level-based safety net: every job is re-checked this of
 
 def validate_spec(job: dict[str, Any]) -> str | None:
     """None when the spec parses into the model, else a one-line error for status/Events."""
-    from kubeforge.api import TrainingJob  # local: keep module import light for tests
+    from kubeforge.api import describe_validation_error, parse_training_job
 
     try:
-        TrainingJob.model_validate(job)
+        parse_training_job(job)
         return None
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ()))
-        return f"{loc}: {first.get('msg')}"
+        return describe_validation_error(e)
 
 
 def _request(spec: dict[str, Any]) -> GangRequest:
