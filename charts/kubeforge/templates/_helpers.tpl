@@ -1,0 +1,70 @@
+{{/* Chart name, truncated to 63 characters (a DNS label). */}}
+{{- define "kubeforge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: <release>-<chart>, or the release name when it contains the chart name. */}}
+{{- define "kubeforge.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* chart label value: name-version. */}}
+{{- define "kubeforge.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object of the release. */}}
+{{- define "kubeforge.labels" -}}
+helm.sh/chart: {{ include "kubeforge.chart" . }}
+{{ include "kubeforge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeforge
+{{- end }}
+
+{{/* Selector labels (immutable in a Deployment: never add to them). */}}
+{{- define "kubeforge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubeforge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "kubeforge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubeforge.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image reference: repository@digest, else repository:tag (tag defaults to appVersion). */}}
+{{- define "kubeforge.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's arguments after the `kubeforge` entrypoint (the Dockerfile's ENTRYPOINT/CMD). */}}
+{{- define "kubeforge.args" -}}
+- run
+{{- range .Values.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+- --health-address=0.0.0.0:{{ .Values.health.port }}
+- --metrics-port={{ .Values.metrics.port }}
+{{- if or .Values.verbose (eq .Values.logLevel "debug") }}
+- --verbose
+{{- end }}
+{{- end }}

@@ -1,0 +1,308 @@
+"""The Helm chart, rendered without a cluster: lint, RBAC, Pod Security, and agreement with the
+Dockerfile and the CLI (one source of truth each for the entrypoint, flags and ports)."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "kubeforge"
+RELEASE = "kf"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    from kubeforge.sim.tools import ToolsError, ensure_tools
+
+    try:
+        bin_dir = ensure_tools()
+    except ToolsError as e:
+        pytest.skip(f"helm is not available (hack/build-tools.sh did not provide it): {e}")
+    return str(bin_dir / "helm")
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def render(helm: str, *args: str) -> list[dict]:
+    out = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "kubeforge-system", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def docs(helm) -> list[dict]:
+    return render(helm)
+
+
+def cli_run_options() -> dict[str, object]:
+    """The ``kubeforge run`` click options, by parameter name."""
+    from kubeforge.cli import run
+
+    return {p.name: p for p in run.params}
+
+
+def dockerfile_exec(instr: str) -> list[str]:
+    """The JSON (exec) form of a Dockerfile instruction such as ENTRYPOINT or CMD."""
+    text = (ROOT / "Dockerfile").read_text()
+    m = re.findall(rf"^{instr}\s+(\[.*\])\s*$", text, re.M)
+    assert len(m) == 1, f"Dockerfile needs exactly one exec-form {instr}"
+    return json.loads(m[0])
+
+
+def test_lint(helm):
+    proc = run_helm(helm, "lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_lint_with_every_option(helm):
+    run_helm(helm, "lint", "--strict", str(CHART), "--set", "serviceMonitor.enabled=true",
+             "--set", "grafanaDashboard.enabled=true", "--set", "watchNamespaces={a,b}", "--set", "logLevel=debug")
+
+
+def test_renders_expected_objects(docs):
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"])
+    for d in docs:
+        labels = d["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_clusterrole_is_least_privilege(docs):
+    rules = one(docs, "ClusterRole")["rules"]
+    for r in rules:
+        for field in ("verbs", "resources", "apiGroups"):
+            assert "*" not in r.get(field, []), f"wildcard in {field}: {r}"
+            assert not any("*" in x for x in r.get(field, [])), f"wildcard in {field}: {r}"
+        assert "secrets" not in r["resources"], r
+        assert "nonResourceURLs" not in r and "resourceNames" not in r
+        assert not set(r["verbs"]) & {"escalate", "bind", "impersonate", "deletecollection"}, r
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
+
+    for plural in ("gpupools", "trainingjobs", "inferenceservices"):
+        assert verbs("kubeforge.io", plural) == {"get", "list", "watch"}  # never writes spec (GitOps)
+        assert verbs("kubeforge.io", f"{plural}/status") == {"patch"}
+    assert verbs("", "pods") == {"get", "list", "watch", "create", "delete", "patch"}
+    assert verbs("", "services") == {"get", "list", "watch", "create", "delete"}
+    assert verbs("", "persistentvolumeclaims") == {"get", "list", "watch", "create", "delete"}
+    assert verbs("apps", "deployments") == {"get", "list", "watch", "create", "patch", "delete"}
+    assert verbs("", "nodes") == {"get", "list", "watch"}
+    assert verbs("", "namespaces") == {"list", "watch"}
+    assert verbs("", "events") == {"create", "patch"}
+    assert verbs("events.k8s.io", "events") == {"create", "patch"}
+    assert verbs("apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}
+
+
+def test_clusterrolebinding_binds_the_serviceaccount(docs):
+    crb, sa, cr = one(docs, "ClusterRoleBinding"), one(docs, "ServiceAccount"), one(docs, "ClusterRole")
+    assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr["metadata"]["name"]}
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "kubeforge-system"}]
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_rbac_and_serviceaccount_can_be_turned_off(helm):
+    docs = render(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops")
+    assert {d["kind"] for d in docs} == {"Service", "Deployment"}
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+def test_deployment_is_single_replica_recreate(docs):
+    spec = one(docs, "Deployment")["spec"]
+    assert spec["replicas"] == 1  # kopf standalone: no peering, one operator
+    assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_deployment_passes_pod_security_restricted(docs):
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] == 65532
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc.get("privileged") is not True
+    # the read-only root filesystem needs a writable /tmp
+    tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert len(tmp) == 1
+    vol = next(v for v in pod["volumes"] if v["name"] == tmp[0]["name"])
+    assert "emptyDir" in vol
+    # restricted allows only these volume types
+    for v in pod["volumes"]:
+        assert set(v) - {"name"} <= {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "csi"}
+
+
+def test_dockerfile_user_matches_chart(docs):
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^USER 65532(:65532)?\s*$", text, re.M)
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 65532
+    assert re.search(r"^FROM \S+", text, re.M)
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert base and ":" in base.group(1) and not base.group(1).endswith(":latest"), "pin the base image tag"
+
+
+def test_command_and_args_agree_with_dockerfile_and_cli(docs):
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    entrypoint, cmd = dockerfile_exec("ENTRYPOINT"), dockerfile_exec("CMD")
+    assert c["command"] == entrypoint == ["kubeforge"]
+    assert c["args"][: len(cmd)] == cmd == ["run"]
+
+    # the console script in pyproject.toml is what ENTRYPOINT names
+    assert re.search(r'^kubeforge = "kubeforge\.cli:main"$', (ROOT / "pyproject.toml").read_text(), re.M)
+
+    # every rendered flag parses with the real click command
+    from kubeforge.cli import run
+
+    ctx = run.make_context("run", list(c["args"][1:]))
+    assert ctx.params["namespaces"] == ()
+    assert ctx.params["verbose"] is False
+
+
+def test_ports_agree_with_cli_defaults_and_dockerfile(docs, helm):
+    opts = cli_run_options()
+    health_port = int(str(opts["health_address"].default).rsplit(":", 1)[1])
+    metrics_port = int(opts["metrics_port"].default)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["health"]["port"] == health_port
+    assert values["metrics"]["port"] == metrics_port
+
+    expose = re.search(r"^EXPOSE\s+(.+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert expose and {int(p) for p in expose.group(1).split()} == {health_port, metrics_port}
+
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": metrics_port, "health": health_port}
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["path"] == "/healthz"
+        assert get["port"] in ("health", health_port)
+    from kubeforge.cli import run
+
+    params = run.make_context("run", list(c["args"][1:])).params
+    assert params["health_address"].rsplit(":", 1)[1] == str(health_port)
+    assert params["metrics_port"] == metrics_port
+
+    svc = one(docs, "Service")
+    (sp,) = svc["spec"]["ports"]
+    assert sp["name"] == "metrics" and sp["targetPort"] in ("metrics", metrics_port)
+    labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+
+
+def test_args_built_from_values(helm):
+    docs = render(helm, "--set", "watchNamespaces={ml,serving}", "--set", "logLevel=debug",
+                  "--set", "metrics.port=9090", "--set", "health.port=9091")
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    from kubeforge.cli import run
+
+    params = run.make_context("run", list(c["args"][1:])).params
+    assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090, "verbose": True}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
+
+
+def test_scheduling_values(helm):
+    docs = render(helm, "--set", "nodeSelector.role=system", "--set", "tolerations[0].key=gpu",
+                  "--set", "tolerations[0].operator=Exists", "--set", "podAnnotations.a=b",
+                  "--set", "image.repository=example.com/kf", "--set", "image.tag=dev")
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {"role": "system"}
+    assert pod["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["metadata"]["annotations"] == {"a": "b"}
+    assert pod["spec"]["containers"][0]["image"] == "example.com/kf:dev"
+
+
+def test_default_image_tag_is_app_version(docs):
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["name"] == "kubeforge"
+    assert chart["version"] == "0.1.0" and chart["appVersion"] == "0.1.0"
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert c["image"].endswith(":" + chart["appVersion"])
+
+
+def test_chart_crds_equal_generated_crds():
+    a, b = ROOT / "crds", CHART / "crds"
+    names = sorted(p.name for p in a.glob("*.yaml"))
+    assert names and names == sorted(p.name for p in b.glob("*.yaml"))
+    _, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+    assert not mismatch and not errors, f"charts/kubeforge/crds differs from crds/: {mismatch + errors} (run `kubeforge crds`)"
+
+
+@pytest.mark.parametrize("bad", [
+    "replicaCount=abc",            # unknown value
+    "metrics.port=abc",            # wrong type
+    "health.port=70000",           # out of range
+    "image.pullPolicy=Sometimes",  # not in the enum
+    "logLevel=trace",
+    "serviceMonitor.enabled=maybe",
+])
+def test_schema_rejects_bad_values(helm, bad):
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--set", bad, check=False)
+    assert proc.returncode != 0, f"--set {bad} rendered:\n{proc.stdout[:500]}"
+    assert "schema" in proc.stderr.lower(), proc.stderr
+
+
+def test_servicemonitor_only_when_enabled(helm, docs):
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    sm = one(render(helm, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom"), "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service")["metadata"]["labels"].items()
+
+
+def test_grafana_dashboard_only_when_enabled(helm, docs):
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    cm = one(render(helm, "--set", "grafanaDashboard.enabled=true"), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["kubeforge.json"])
+    assert dash == json.loads((CHART / "dashboards" / "kubeforge.json").read_text())
+
+
+def test_dashboard_uses_every_operator_metric():
+    dash = json.loads((CHART / "dashboards" / "kubeforge.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    defined = set(re.findall(r'(?:Counter|Gauge|Histogram)\(\s*"(kubeforge_\w+)"', (ROOT / "operator" / "kubeforge" / "metrics.py").read_text()))
+    assert len(defined) >= 8
+    missing = {m for m in defined if not re.search(rf"\b{m}(_total|_bucket|_sum|_count)?\b", exprs)}
+    assert not missing, f"dashboard panels miss {missing}"
+    used = set(re.findall(r"\bkubeforge_\w+", exprs))
+    known = defined | {m + s for m in defined for s in ("_bucket", "_sum", "_count")}
+    assert used <= known, f"dashboard uses undefined metrics {used - known}"
+
+
+def test_values_are_all_documented_and_in_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"].startswith("http://json-schema.org/draft-07/")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^ {0,2}[A-Za-z]\w*:", line) and i > 0:  # top-level values and their fields
+            prev = lines[i - 1].strip()
+            # a value is documented by the comment above it, or is a section whose children are
+            parent_doc = prev.startswith("#")
+            section = line.rstrip().endswith(":")
+            assert parent_doc or section or prev.endswith(":"), f"values.yaml:{i + 1} undocumented: {line.strip()}"
