@@ -23,19 +23,19 @@ def main() -> None:
               help="host:port of the liveness endpoint (GET /healthz).")
 @click.option("--metrics-port", default=8080, show_default=True, type=int,
               help="Port of the Prometheus /metrics endpoint (0 disables it).")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the /metrics endpoint binds.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
-def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, verbose: bool) -> None:
+def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str, verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import kopf
 
     import kubeforge.handlers  # noqa: F401  registers the handlers
     from kubeforge import metrics
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kopf.configure(verbose=verbose)
+    kopf.configure(verbose=verbose)  # kopf's own log format; our loggers propagate to it
+    logging.getLogger("kubeforge").setLevel(logging.DEBUG if verbose else logging.INFO)
     if metrics_port:
-        metrics.serve(metrics_port)
+        metrics.serve(metrics_port, metrics_address)
     kopf.run(
         clusterwide=not namespaces,
         namespaces=list(namespaces),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,13 +30,27 @@ def say(msg: str) -> None:
     print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_operator(c: Cluster, extra_env: dict[str, str] | None = None) -> int:
-    """Start ``kubeforge run`` in the background against cluster ``c``; returns its pid."""
+    """Start ``kubeforge run`` in the background against cluster ``c``; returns its pid.
+
+    The liveness and metrics endpoints get free loopback ports (written beside the pid as
+    ``operator.ports``), so several local clusters can each run an operator.
+    """
     stop_operator(c)
+    health, metrics_port = free_port(), free_port()
+    (c.dir / "operator.ports").write_text(json.dumps({"health": health, "metrics": metrics_port}))
     log = open(c.dir / "operator.log", "ab")
     env = {**c.env(), **(extra_env or {})}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kubeforge", "run", "--health-address", "127.0.0.1:0", "--metrics-port", "0"],
+        [sys.executable, "-m", "kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
+         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
     )
     (c.dir / "operator.pid").write_text(str(proc.pid))

@@ -95,16 +95,16 @@ async def kf_nodes(name: str, body: Any, **_: Any) -> dict:
 
 
 @kopf.index("pods")
-async def kf_gpu_pods(namespace: str, name: str, body: Any, spec: Any, status: Any, labels: Any, **_: Any) -> dict | None:
-    """node name -> {pod, gpus by resource, job key or None, attempt} for non-terminal GPU pods."""
+async def kf_gpu_pods(namespace: str, name: str, body: Any, spec: Any, status: Any, labels: Any, **_: Any) -> dict:
+    """node name -> {pod, gpus by resource, job key or None, attempt} for non-terminal GPU pods.
+
+    Returns ``{}`` (never None) for a pod that holds no GPUs: kopf keeps an object's previous
+    entries when a handler returns None, and a pod that just finished must drop out.
+    """
     req = extended_requests(dict(spec))
-    if not req:
-        return None
-    if (status or {}).get("phase") in TERMINAL:
-        return None
     node = (spec or {}).get("nodeName")
-    if not node:
-        return None
+    if not req or not node or (status or {}).get("phase") in TERMINAL:
+        return {}
     job = labels.get(JOB_NAME)
     return {node: {
         "pod": f"{namespace}/{name}",
@@ -164,7 +164,7 @@ async def kf_services(namespace: str, name: str, body: Any, **_: Any) -> dict:
     return {(namespace, name): _slim_custom(body)}
 
 
-@kopf.on.event("namespaces")
+@kopf.on.event("namespaces", when=lambda **_: not STATE.ready.is_set())
 async def kf_indexes_ready(**_: Any) -> None:
     """kopf runs non-index handlers only once every index is pre-populated; the first
     namespace event (there is always one: ``default``) therefore marks readiness."""

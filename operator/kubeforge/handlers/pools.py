@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from kubeforge.builders.common import parse_time, set_condition
+from kubeforge import metrics
+from kubeforge.builders.common import set_condition
 from kubeforge.handlers import kube
 from kubeforge.handlers.state import STATE
 from kubeforge.placement import (
@@ -185,12 +186,23 @@ async def pool_status_loop() -> None:
                 if view is None:
                     continue
                 st = pool_status(view, per_job, now)
+                for state in ("capacity", "allocatable", "allocated", "free"):
+                    metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
                 prev = last.get(name) or (pool.get("status") or {})
                 if not _same(st, prev):
                     await kube.patch_status("gpupools", None, name, st)
                     last[name] = st
             for gone in set(last) - set(STATE.index("kf_pools").keys()):
                 last.pop(gone, None)
+                for state in ("capacity", "allocatable", "allocated", "free"):
+                    metrics.POOL_GPUS.remove(gone, state)
+            phases: dict[str, int] = {p: 0 for p in ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")}
+            for key in list(STATE.index("kf_jobs").keys()):
+                job = STATE.one("kf_jobs", key)
+                ph = STATE.effective_status(key, job.get("status") if job else None).get("phase") or "Pending"
+                phases[ph] = phases.get(ph, 0) + 1
+            for ph, n in phases.items():
+                metrics.JOBS_BY_PHASE.labels(phase=ph).set(n)
         except asyncio.CancelledError:
             raise
         except Exception:

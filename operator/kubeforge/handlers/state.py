@@ -16,6 +16,8 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Hashable
 
+from kubeforge import metrics
+
 log = logging.getLogger("kubeforge.state")
 OVERLAY_TTL = 30.0
 
@@ -62,19 +64,23 @@ class WorkQueue:
             key = await self._queue.get()
             self._pending.discard(key)
             self._active.add(key)
+            started = time.monotonic()
             try:
                 requeue = await self._handler(key)
+                metrics.RECONCILES.labels(kind=self._name, result="success").inc()
                 backoff.pop(key, None)
                 if requeue is not None:
                     self.add_after(key, requeue)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad object must never stop the others
+                metrics.RECONCILES.labels(kind=self._name, result="error").inc()
                 delay = min(60.0, backoff.get(key, 0.5) * 2)
                 backoff[key] = delay
                 log.exception("%s: reconcile of %s failed; retrying in %.1fs", self._name, key, delay)
                 self.add_after(key, delay)
             finally:
+                metrics.RECONCILE_SECONDS.labels(kind=self._name).observe(time.monotonic() - started)
                 self._active.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)

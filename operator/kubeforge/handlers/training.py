@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from kubeforge import GROUP, VERSION
+from kubeforge import GROUP, VERSION, metrics
 from kubeforge.builders.common import JOB_NAME, get_condition, parse_time, set_condition
 from kubeforge.builders.training import build_pvc, build_service, build_worker_pod
 from kubeforge.handlers import kube
@@ -120,6 +120,7 @@ async def admission_round(now: float) -> None:
         index = {f"{k[0]}/{k[1]}": (job, st) for k, job, st in entries}
         for d in decisions:
             job, status = index[d.key]
+            metrics.ADMISSIONS.labels(pool=pool_name, result="admitted" if d.admitted else "waiting").inc()
             if isinstance(d.result, Placement):
                 pl = d.result
                 for n, g in pl.gpus_by_node.items():
@@ -139,6 +140,7 @@ async def _admit(job: dict, status: dict, pool: str, pl: Placement, now: float) 
         "conditions": conds,
         "observedGeneration": gen,
         "phase": status.get("phase") if status.get("phase") == "Restarting" else "Pending",
+        "restarts": status.get("restarts") or {"failures": 0, "preemptions": 0},
     }
     await _write_status(job, patch, status)
     where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pool}"
@@ -259,6 +261,10 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
         patch["observedGeneration"] = job["metadata"].get("generation")
         await _write_status(job, patch, status)
     for type_, reason, message in plan.events:
+        if reason == "Preempted":
+            metrics.PREEMPTION_RESTARTS.inc()
+        elif reason == "WorkerFailed":
+            metrics.FAILURE_RESTARTS.inc()
         await kube.event(job, type_, reason, message, now)
     if plan.release:
         STATE.wake_admission()
