@@ -78,6 +78,17 @@ def sim_down(name: str) -> None:
     c.down(log=lambda m: click.echo(f"[sim] {m}", err=True))
 
 
+@sim.command("nodes")
+@click.option("--fleet", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_FLEET, show_default=True)
+def sim_nodes(fleet: Path) -> None:
+    """Print the fleet's Node manifests (YAML), e.g. to apply to a kind cluster running kwok."""
+    import yaml
+
+    from kubeforge.sim.fleet import load_fleet, node_manifests
+
+    click.echo(yaml.safe_dump_all(node_manifests(load_fleet(fleet)), sort_keys=False))
+
+
 @sim.command("status")
 @click.option("--name", default="kubeforge", show_default=True)
 def sim_status(name: str) -> None:
