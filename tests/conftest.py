@@ -38,6 +38,8 @@ def cluster():
     from kubeforge.sim.cluster import Cluster
 
     c = Cluster(TEST_CLUSTER)
+    if not os.environ.get("KUBEFORGE_KEEP_CLUSTER"):
+        c.down(log=lambda m: print(f"[cluster] {m}"))  # a clean start: nothing left from an earlier session
     c.up(None, log=lambda m: print(f"[cluster] {m}"))
     c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")

@@ -219,7 +219,8 @@ def test_args_built_from_values(helm):
     from kubeforge.cli import run
 
     params = run.make_context("run", list(c["args"][1:])).params
-    assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090, "verbose": True}
+    assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090,
+                      "metrics_address": "0.0.0.0", "verbose": True}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
 
 

@@ -61,6 +61,7 @@ from ._parse import (
     parse_inference_service,
     parse_resource,
     parse_training_job,
+    spec_error,
 )
 from ._trainingjob import (
     AccessMode,
@@ -144,4 +145,5 @@ __all__ = [
     "parse_inference_service",
     "parse_resource",
     "parse_training_job",
+    "spec_error",
 ]

@@ -62,3 +62,14 @@ def describe_validation_error(error: ValidationError) -> str:
         loc = ".".join(str(p) for p in item["loc"])
         parts.append(f"{loc}: {item['msg']}" if loc else item["msg"])
     return "; ".join(parts)
+
+
+def spec_error(body: Mapping[str, Any]) -> str | None:
+    """None when ``body`` (a whole object of a kubeforge kind) is valid, else its errors on one
+    line, for a status condition and an Event. The API server's schema catches most mistakes;
+    this catches what only the models know (and objects written before a schema change)."""
+    try:
+        parse_resource(body)
+        return None
+    except ValidationError as e:
+        return describe_validation_error(e)

@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 from kubernetes.client.rest import ApiException
-from pydantic import ValidationError
 
 from kubeforge import GROUP, VERSION, metrics
+from kubeforge.api import spec_error
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
 from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, query_scalar, render_query
 from kubeforge.builders.common import get_condition, rfc3339, set_condition
@@ -38,16 +38,6 @@ log = logging.getLogger("kubeforge.inference")
 PLURAL = "inferenceservices"
 _states: dict[tuple[str, str], AutoscalerState] = {}
 _http: httpx.AsyncClient | None = None
-
-
-def _validate(body: dict[str, Any]) -> str | None:
-    from kubeforge.api import describe_validation_error, parse_inference_service
-
-    try:
-        parse_inference_service(body)
-        return None
-    except ValidationError as e:
-        return describe_validation_error(e)
 
 
 def policy_from_spec(spec: dict[str, Any]) -> AutoscalingPolicy:
@@ -114,7 +104,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
     gen = body["metadata"].get("generation")
     conds = status.get("conditions")
     interval = float((spec.get("autoscaling") or {}).get("pollingIntervalSeconds", 5))
-    err = _validate(body)
+    err = spec_error(body)
     pool_name = next((p for p in spec.get("pools") or [] if STATE.one("kf_pools", p) is not None), None)
     if err or pool_name is None:
         reason, msg = ("InvalidSpec", err) if err else ("PoolNotFound", f"none of the GPUPools {spec.get('pools')} exists")

@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 from kubernetes.client.rest import ApiException
-from pydantic import ValidationError
 
 from kubeforge import GROUP, VERSION, metrics
+from kubeforge.api import spec_error
 from kubeforge.builders.common import JOB_NAME, get_condition, parse_time, set_condition
 from kubeforge.builders.training import build_pvc, build_service, build_worker_pod
 from kubeforge.handlers import kube
@@ -34,17 +34,6 @@ log = logging.getLogger("kubeforge.training")
 ADMISSION_INTERVAL = 1.0  # seconds: the loop also wakes on every relevant watch event
 PLURAL = "trainingjobs"
 RESYNC_SECONDS = 15.0  # level-based safety net: every job is re-checked this often
-
-
-def validate_spec(job: dict[str, Any]) -> str | None:
-    """None when the spec parses into the model, else a one-line error for status/Events."""
-    from kubeforge.api import describe_validation_error, parse_training_job
-
-    try:
-        parse_training_job(job)
-        return None
-    except ValidationError as e:
-        return describe_validation_error(e)
 
 
 def _request(spec: dict[str, Any]) -> GangRequest:
@@ -86,7 +75,7 @@ async def admission_round(now: float) -> None:
         status = STATE.effective_status(key, job.get("status"))
         if not _pending(job, status, now):
             continue
-        err = validate_spec(job)
+        err = spec_error(job)
         if err:
             continue  # the reconcile reports it
         by_pool.setdefault(current_pool(job["spec"], status), []).append((key, job, status))
@@ -217,7 +206,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
         return None
     now = time.time()
     status = job.get("status") or {}
-    err = validate_spec(job)
+    err = spec_error(job)
     if err:
         old = get_condition(status.get("conditions"), "Admitted")
         if not (old and old.get("reason") == "InvalidSpec" and old.get("message") == err):
