@@ -801,3 +801,18 @@ def test_pod_view_does_not_take_sidecar_message_for_gpu_container():
     v = pod_view(k8s_pod(phase="Failed", container_statuses=cs, containers=("sidecar", "trainer")))
     assert v.exit_code == 1
     assert v.termination_message is None
+
+
+@pytest.mark.parametrize("running_for,folded", [(30, False), (60, True), (3600, True)])
+def test_running_job_folds_gpu_hours_at_most_once_a_minute(running_for, folded):
+    st = admitted(2, phase="Running", startTime=rfc3339(NOW - running_for),
+                  runningSince=rfc3339(NOW - running_for), gpuHours=1.0)
+    plan = plan_training(job(2, gpus=8, status=st), pods(2), nodes(2), NOW, price_per_gpu_hour=2.0)
+    new = plan.status or {}
+    if not folded:
+        assert "gpuHours" not in new and "runningSince" not in new
+    else:
+        expected = round(1.0 + running_for / 3600 * 16, 6)
+        assert new["gpuHours"] == pytest.approx(expected)
+        assert new["runningSince"] == rfc3339(NOW)
+        assert new["cost"] == pytest.approx(round(expected * 2.0, 4))

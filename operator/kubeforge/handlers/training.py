@@ -36,6 +36,21 @@ PLURAL = "trainingjobs"
 RESYNC_SECONDS = 15.0  # level-based safety net: every job is re-checked this often
 
 
+_spec_errors: dict[tuple[str, int], str | None] = {}
+
+
+def _cached_spec_error(job: dict[str, Any]) -> str | None:
+    """:func:`spec_error`, computed once per (uid, generation): the admission loop looks at
+    every pending job every round, and the spec only changes with the generation."""
+    md = job["metadata"]
+    k = (md.get("uid", ""), int(md.get("generation") or 0))
+    if k not in _spec_errors:
+        if len(_spec_errors) > 100_000:  # bounded: forget everything, it is only a cache
+            _spec_errors.clear()
+        _spec_errors[k] = spec_error(job)
+    return _spec_errors[k]
+
+
 def _request(spec: dict[str, Any]) -> GangRequest:
     topo = spec.get("topology") or {}
     mode = topo.get("mode", "Preferred")
@@ -75,8 +90,7 @@ async def admission_round(now: float) -> None:
         status = STATE.effective_status(key, job.get("status"))
         if not _pending(job, status, now):
             continue
-        err = spec_error(job)
-        if err:
+        if _cached_spec_error(job):
             continue  # the reconcile reports it
         by_pool.setdefault(current_pool(job["spec"], status), []).append((key, job, status))
     if not by_pool:
@@ -137,15 +151,25 @@ async def _admit(job: dict, status: dict, pool: str, pl: Placement, now: float) 
     STATE.jobs.add((job["metadata"]["namespace"], job["metadata"]["name"]))
 
 
+NOFIT_REFRESH_SECONDS = 10.0  # a waiting job's message (how many GPUs short) is refreshed at most this often
+_last_nofit_write: dict[tuple[str, str], float] = {}
+
+
 async def _no_fit(job: dict, status: dict, reason: str, message: str, now: float) -> None:
+    """Say why a job waits: a condition (message refreshed at most every NOFIT_REFRESH_SECONDS
+    while the reason stays the same) and a Warning Event only when the reason changes."""
+    key = (job["metadata"]["namespace"], job["metadata"]["name"])
     old = get_condition(status.get("conditions"), "Admitted")
-    if old and old.get("status") == "False" and old.get("reason") == reason and old.get("message") == message:
-        return  # already said; no status write, no Event spam
+    same_reason = bool(old and old.get("status") == "False" and old.get("reason") == reason)
+    if same_reason and (old.get("message") == message or now - _last_nofit_write.get(key, 0.0) < NOFIT_REFRESH_SECONDS):
+        return
     gen = job["metadata"].get("generation")
     conds = set_condition(status.get("conditions"), "Admitted", False, reason, message, now, gen)
     patch = {"conditions": conds, "observedGeneration": gen, "phase": status.get("phase") or "Pending"}
     await _write_status(job, patch, status)
-    await kube.event(job, "Warning", reason, message, now)
+    _last_nofit_write[key] = now
+    if not same_reason:
+        await kube.event(job, "Warning", reason, message, now)
 
 
 async def admission_loop() -> None:
@@ -202,6 +226,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
     job = await _get_job(ns, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         STATE.forget(key)
+        _last_nofit_write.pop(key, None)
         STATE.wake_admission()
         return None
     now = time.time()

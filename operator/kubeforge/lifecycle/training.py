@@ -45,6 +45,7 @@ DISRUPTION_TAINT_PREFIXES = (
     "node.kubernetes.io/out-of-service",
 )
 TERMINAL_PHASES = ("Succeeded", "Failed")
+GPU_HOURS_FOLD_SECONDS = 60.0  # status.gpuHours of a running job is brought up to date this often
 
 
 @dataclass(frozen=True)
@@ -402,14 +403,14 @@ def plan_training(
         "succeeded": sum(1 for p in current if p.phase == "Succeeded"),
         "failed": sum(1 for p in current if p.phase == "Failed"),
     }
-    if status.get("runningSince") and "runningSince" not in new:
-        # Fold the running segment into gpuHours every 0.01 GPU-hour, moving its start to now.
+    since = parse_time(status.get("runningSince"))
+    if since is not None and "runningSince" not in new and now - since >= GPU_HOURS_FOLD_SECONDS:
+        # Fold the running segment into gpuHours (at most once a minute), moving its start to now.
         hours = _gpu_hours(status, spec, now)
-        if hours - float(status.get("gpuHours") or 0.0) >= 0.01:
-            new["gpuHours"] = hours
-            new["runningSince"] = rfc3339(now)
-            if price_per_gpu_hour is not None:
-                new["cost"] = round(hours * price_per_gpu_hour, 4)
+        new["gpuHours"] = hours
+        new["runningSince"] = rfc3339(now)
+        if price_per_gpu_hour is not None:
+            new["cost"] = round(hours * price_per_gpu_hour, 4)
     if new.get("replicas") == status.get("replicas"):
         new.pop("replicas")
     plan.status = new or None
