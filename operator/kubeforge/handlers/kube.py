@@ -159,5 +159,10 @@ async def event(
     }
     try:
         await _call(core().create_namespaced_event, ns, ev)
+    except ApiException as e:
+        if e.status == 403 and "NamespaceTerminating" in (e.body or ""):
+            log.debug("event %s on %s/%s dropped: namespace terminating", reason, ns, md["name"])
+        else:
+            log.warning("event %s on %s/%s not posted: HTTP %s %s", reason, ns, md["name"], e.status, e.reason)
     except Exception as e:  # noqa: BLE001 - best effort by design
         log.warning("event %s on %s/%s not posted: %s", reason, ns, md["name"], e)
