@@ -66,7 +66,7 @@ def namespace(cluster):
 
 @pytest.fixture(scope="session")
 def k8s(cluster):
-    from kubernetes import client, config
+    from kubernetes import config
 
     return config.new_client_from_config(config_file=cluster.kubeconfig)
 

@@ -117,7 +117,7 @@ def test_two_jobs_submitted_together_never_double_book(cluster, namespace, fleet
 
 
 def test_spot_interruption_restarts_gang_elsewhere_counting_a_preemption(cluster, namespace, fleet):
-    nodes = fleet(cliques=2, nodes=2, spot=True)
+    fleet(cliques=2, nodes=2, spot=True)
     apply(cluster, training_job("spot", namespace, checkpoint={"deletionPolicy": "Retain"}))
     first = wait_for(lambda: (p := running_pods(cluster, namespace, "spot")) and len(p) == 2 and p, timeout=60)
     pvc_uid = get_json(cluster, "pvc", "spot-checkpoint", "-n", namespace)["metadata"]["uid"]

@@ -14,7 +14,6 @@ from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_v
 
 from ._base import (
     LABEL_KEY_PATTERN,
-    LABEL_VALUE_PATTERN,
     MAX_LABEL_KEY_LENGTH,
     MAX_LABEL_LENGTH,
     QUANTITY_PATTERN,

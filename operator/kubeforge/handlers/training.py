@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from kubeforge import GROUP, VERSION, metrics
 from kubeforge.api import spec_error
-from kubeforge.builders.common import JOB_NAME, get_condition, parse_time, set_condition
+from kubeforge.builders.common import get_condition, parse_time, set_condition
 from kubeforge.builders.training import build_pvc, build_service, build_worker_pod
 from kubeforge.handlers import kube
 from kubeforge.handlers.pools import ledger, pool_view
