@@ -1,0 +1,225 @@
+"""InferenceService autoscaling against the real control plane, a real Prometheus and the
+model-server simulator, with the session operator running for real.
+
+The path under test is the production one: the simulator exports
+``vllm:num_requests_waiting{namespace,service}``, Prometheus (Debian's binary, scrape 1 s)
+scrapes it, the operator queries Prometheus every ``pollingIntervalSeconds`` and patches the
+Deployment's scale subresource; kube-scheduler places the pods on kwok GPU nodes and the
+simulator counts the Ready ones as serving capacity.
+
+Most tests use ``ServiceModel(slots=0)``: replicas serve nothing, so the waiting queue is
+exactly what the test injected and the replica count it asks for is deterministic. The
+scale-from-zero test uses real slots so the queue drains into the replica that comes back.
+Windows are seconds; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import apply, condition, events_for, get_json, wait_for
+
+pytestmark = pytest.mark.cluster
+
+NAME = "chat"
+
+
+@pytest.fixture(scope="module")
+def stack(cluster):
+    """(simulator, Prometheus) shared by the module; Prometheus scrapes the simulator every 1 s."""
+    from kubeforge.sim.modelserver import ModelServerSim
+    from kubeforge.sim.prometheus import Prometheus
+
+    sim = ModelServerSim(kubeconfig=cluster.kubeconfig).start()
+    prom = Prometheus([sim.target]).start()
+    yield sim, prom
+    prom.close()
+    sim.stop()
+
+
+def isvc(namespace: str, url: str, gpus: int = 2, min_replicas: int = 1, max_replicas: int = 4, **autoscaling) -> dict:
+    a = {"prometheusURL": url, "metric": "VLLMWaiting", "targetPerReplica": 4, "pollingIntervalSeconds": 1,
+         "scaleDown": {"stabilizationWindowSeconds": 10, "maxStep": 4, "periodSeconds": 1}}
+    a.update(autoscaling)
+    return {
+        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "pools": [namespace], "gpusPerReplica": gpus, "minReplicas": min_replicas, "maxReplicas": max_replicas,
+            "template": {"spec": {"terminationGracePeriodSeconds": 0,
+                                  "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0",
+                                                  "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct"]}]}},
+            "autoscaling": a,
+        },
+    }
+
+
+def replicas(cluster, ns: str) -> int | None:
+    out = cluster.kubectl("get", "deployment", NAME, "-n", ns, "-o", "jsonpath={.spec.replicas}", check=False)
+    return int(out.stdout) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def status(cluster, ns: str) -> dict:
+    return get_json(cluster, "inferenceservice", NAME, "-n", ns).get("status") or {}
+
+
+def cond_is(cluster, ns: str, type_: str, value: str, reason: str | None = None):
+    c = condition(status(cluster, ns), type_)
+    return c if c and c["status"] == value and (reason is None or c["reason"] == reason) else None
+
+
+def hold(pred, seconds: float, what: str, interval: float = 0.25) -> None:
+    """Poll for ``seconds`` and fail as soon as ``pred`` is false (asserting something did NOT change)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert pred(), f"{what} changed before {seconds:.1f}s"
+        time.sleep(interval)
+
+
+def start(cluster, namespace, sim, prom, slots=0, request_seconds=600.0, **kw) -> None:
+    from kubeforge.sim.modelserver import ServiceModel
+
+    sim.add_service(namespace, NAME, ServiceModel(slots=slots), request_seconds=request_seconds)
+    apply(cluster, isvc(namespace, prom.url, **kw))
+
+
+def spike_to(cluster, ns, sim, n: int, want: int, within: float) -> float:
+    """Inject ``n`` requests; wait (bounded) until the Deployment asks for ``want`` replicas;
+    returns the seconds it took from the spike."""
+    t0 = time.monotonic()
+    sim.inject(ns, NAME, n)
+    wait_for(lambda: replicas(cluster, ns) == want, timeout=within, what=f"{want} replicas after a spike of {n}")
+    return time.monotonic() - t0
+
+
+def test_queue_spike_scales_up_within_the_window_with_a_scaled_event(cluster, namespace, fleet, stack):
+    sim, prom = stack
+    fleet(cliques=1, nodes=2, gpus=8)  # 16 GPUs: room for 8 replicas of 2
+    start(cluster, namespace, sim, prom, gpus=2, max_replicas=4)
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: status(cluster, namespace).get("lastMetricValue") == 0, timeout=30, what="the operator reading 0 from Prometheus")
+    wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 1, timeout=30, what="1 Ready pod seen by the simulator")
+
+    took = spike_to(cluster, namespace, sim, 40, 4, within=20)
+    # scrape (1 s) + polling interval (1 s) + one reconcile: a few seconds, never a KEDA/HPA 30 s+15 s cycle
+    assert took < 10, f"scale-up took {took:.1f}s"
+    ev = wait_for(lambda: [e for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled"], timeout=15,
+                  what="a Scaled event")
+    msg = ev[-1]["message"]
+    assert "replicas 1 -> 4" in msg and "queue 40" in msg and "target 4 per replica" in msg, msg
+    st = wait_for(lambda: (s := status(cluster, namespace)).get("desiredReplicas") == 4 and s, timeout=15)
+    assert st["lastScaleDirection"] == "Up" and st["lastMetricValue"] == 40
+    assert condition(st, "ScalingActive")["status"] == "True"
+    lim = condition(st, "ScalingLimited")
+    assert lim["status"] == "True" and lim["reason"] == "TooManyReplicas", lim  # 10 wanted, max 4
+    wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 4, timeout=30, what="4 Ready pods")
+    print(f"\nspike of 40 -> 4 replicas patched in {took:.1f}s")
+
+
+def test_quiet_queue_scales_down_only_after_the_stabilization_window(cluster, namespace, fleet, stack):
+    sim, prom = stack
+    window = 12
+    fleet(cliques=1, nodes=2, gpus=8)
+    start(cluster, namespace, sim, prom, gpus=2, max_replicas=4,
+          scaleDown={"stabilizationWindowSeconds": window, "maxStep": 4, "periodSeconds": 1})
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    spike_to(cluster, namespace, sim, 16, 4, within=20)
+
+    t_quiet = time.monotonic()
+    sim.clear(namespace, NAME)  # silence: no arrivals, nothing waiting
+    wait_for(lambda: prom.query(f'sum(vllm:num_requests_waiting{{namespace="{namespace}",service="{NAME}"}})') == 0,
+             timeout=10, what="Prometheus to see the empty queue")
+    # The operator read a non-empty queue within ~1 s before the silence, so the window's
+    # highest recommendation stays 4 until about t_quiet + window: nothing may move before.
+    hold(lambda: replicas(cluster, namespace) == 4, t_quiet + window - 3 - time.monotonic(),
+         "replicas during the scale-down stabilization window")
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=window + 10, what="scale-down to minReplicas after the window")
+    took = time.monotonic() - t_quiet
+    assert took >= window - 3, took
+    ev = [e for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled" and "4 -> 1" in e["message"]]
+    assert ev, "no Scaled event for 4 -> 1"
+    print(f"\nquiet queue -> scale-down after {took:.1f}s (window {window}s)")
+
+
+def test_min_zero_scales_to_zero_when_idle_and_back_on_new_requests(cluster, namespace, fleet, stack):
+    sim, prom = stack
+    idle = 6
+    fleet(cliques=1, nodes=2, gpus=8)
+    start(cluster, namespace, sim, prom, slots=1, request_seconds=600.0, gpus=2, min_replicas=0, max_replicas=2,
+          scaleToZeroAfterSeconds=idle)
+    wait_for(lambda: replicas(cluster, namespace) == 0, timeout=30, what="Deployment created at 0 replicas")
+    wait_for(lambda: status(cluster, namespace).get("lastMetricValue") == 0, timeout=30, what="metric read at zero")
+
+    sim.inject(namespace, NAME, 3)  # the queue exists with no pod at all
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=15, what="scale from zero")
+    snap = wait_for(lambda: (s := sim.snapshot(namespace, NAME))["ready"] == 1 and s, timeout=30, what="the replica Ready")
+    assert snap["running"] == 1 and snap["waiting"] == 2  # the queue drained into the new replica
+
+    t_quiet = time.monotonic()
+    sim.clear(namespace, NAME)
+    hold(lambda: replicas(cluster, namespace) == 1, idle - 2, "the replica before scaleToZeroAfterSeconds")
+    wait_for(lambda: replicas(cluster, namespace) == 0, timeout=idle + 10, what="scale to zero after the idle period")
+    assert time.monotonic() - t_quiet >= idle - 2
+    wait_for(lambda: cond_is(cluster, namespace, "Ready", "True", "ScaledToZero"), timeout=15, what="Ready/ScaledToZero")
+    wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 0, timeout=30, what="the pod gone")
+
+    took = spike_to(cluster, namespace, sim, 2, 1, within=15)  # the way back from zero
+    assert any("0 -> 1" in e["message"] for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled")
+    print(f"\nback from zero in {took:.1f}s")
+
+
+def test_prometheus_outage_holds_replicas_and_sets_scaling_active_false(cluster, namespace, fleet, stack):
+    sim, prom = stack
+    fleet(cliques=1, nodes=2, gpus=8)
+    start(cluster, namespace, sim, prom, gpus=2, max_replicas=4)
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    spike_to(cluster, namespace, sim, 8, 2, within=20)
+    wait_for(lambda: cond_is(cluster, namespace, "ScalingActive", "True"), timeout=10, what="ScalingActive=True")
+    prom.stop()
+    try:
+        c = wait_for(lambda: cond_is(cluster, namespace, "ScalingActive", "False"), timeout=15, what="ScalingActive=False")
+        assert c["reason"] == "FailedGetMetric", c  # the reason names the failure: no metric
+        assert "no metric value" in c["message"] and "2 replicas" in c["message"], c["message"]
+        # The query's own error ("connection failed: ...") is not in the message yet: the handler
+        # passes decide() only the value, not QueryResult.error (requested change, see report).
+        sim.inject(namespace, NAME, 30)  # the queue grows, but nobody can see it
+        hold(lambda: replicas(cluster, namespace) == 2, 5, "replicas during the Prometheus outage")
+    finally:
+        prom.start()
+    wait_for(lambda: cond_is(cluster, namespace, "ScalingActive", "True"), timeout=30, what="ScalingActive=True again")
+    wait_for(lambda: replicas(cluster, namespace) == 4, timeout=30, what="scale-up once the metric is back")
+
+
+def _capacity_case(cluster, namespace, fleet, stack):
+    """8 GPUs, 4 per replica, a queue asking for 4 replicas: returns (replicas, ScalingLimited)."""
+    sim, prom = stack
+    fleet(cliques=1, nodes=1, gpus=8)  # 8 GPUs: 2 replicas of 4
+    start(cluster, namespace, sim, prom, gpus=4, max_replicas=4, pollingIntervalSeconds=2)
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 1, timeout=30, what="1 Ready pod")
+    sim.inject(namespace, NAME, 40)  # asks for 10, max 4, the pool fits 2
+    c = wait_for(lambda: cond_is(cluster, namespace, "ScalingLimited", "True", "InsufficientCapacity"),
+                 timeout=30, what="ScalingLimited=True/InsufficientCapacity")
+    hold(lambda: (replicas(cluster, namespace) or 0) < 4, 4, "the capped replica count")
+    return replicas(cluster, namespace), condition(status(cluster, namespace), "ScalingLimited")
+
+
+def test_too_few_free_gpus_caps_the_scale_and_reports_insufficient_capacity(cluster, namespace, fleet, stack):
+    n, c = _capacity_case(cluster, namespace, fleet, stack)
+    assert n in (2, 3), n  # never maxReplicas: the pool holds 2 (3 only through the race below)
+    assert c["status"] == "True" and c["reason"] == "InsufficientCapacity", c
+    msg = c["message"]
+    assert "4 wanted" in msg and "short (" in msg and "GPUs)" in msg and "can place 0 more" in msg, msg
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "handlers/inference.py placeable() counts free GPUs from bound pods only: a replica patched "
+    "but not yet scheduled is not subtracted, so the next poll can ask for one replica more than "
+    "the pool holds (it stays Pending). Fix requested in the handler."))
+def test_capacity_cap_counts_replicas_not_yet_scheduled(cluster, namespace, fleet, stack):
+    n, c = _capacity_case(cluster, namespace, fleet, stack)
+    assert n == 2 and "2 short (8 GPUs)" in c["message"], (n, c["message"])
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"kubeforge.io/inference-service={NAME}")["items"]
+    assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods), "a replica was left unschedulable"
