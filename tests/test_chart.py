@@ -105,6 +105,7 @@ def test_clusterrole_is_least_privilege(docs):
     assert verbs("", "services") == {"get", "list", "watch", "create", "delete"}
     assert verbs("", "persistentvolumeclaims") == {"get", "list", "watch", "create", "delete"}
     assert verbs("apps", "deployments") == {"get", "list", "watch", "create", "patch", "delete"}
+    assert verbs("apps", "deployments/scale") == {"patch"}  # the autoscaler scales through it
     assert verbs("", "nodes") == {"get", "list", "watch"}
     assert verbs("", "namespaces") == {"list", "watch"}
     assert verbs("", "events") == {"create", "patch"}
