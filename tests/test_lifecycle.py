@@ -816,3 +816,27 @@ def test_running_job_folds_gpu_hours_at_most_once_a_minute(running_for, folded):
         assert new["gpuHours"] == pytest.approx(expected)
         assert new["runningSince"] == rfc3339(NOW)
         assert new["cost"] == pytest.approx(round(expected * 2.0, 4))
+
+
+@pytest.mark.parametrize("waited,replaced", [(10, False), (30, True)])
+def test_ungated_worker_stuck_unschedulable_places_the_gang_again(waited, replaced):
+    st = admitted(2, phase="Pending", attempt=0)
+    stuck = pod(0, phase="Pending", node=None, ready=False, unschedulable_since=NOW - waited,
+                unschedulable_message="0/3 nodes are available: 1 Insufficient nvidia.com/gpu")
+    plan = plan_training(job(2, status=st), [stuck, pod(1)], nodes(2), NOW, schedule_timeout=30)
+    if not replaced:
+        assert plan.delete_pods == [] and plan.requeue_after == pytest.approx(20)
+        assert "placement" not in (plan.status or {})
+    else:
+        assert plan.status["placement"] is None and plan.status["attempt"] == 1
+        assert "restarts" not in plan.status  # neither a failure nor a preemption
+        adm = cond(plan.status, "Admitted")
+        assert adm["reason"] == "PlacementLost" and "Insufficient nvidia.com/gpu" in adm["message"]
+        assert sorted(plan.delete_pods) == sorted(p.name for p in [stuck, pod(1)]) and plan.release
+
+
+def test_gated_worker_is_never_taken_for_stuck():
+    st = admitted(2, phase="Pending")
+    gated = [pod(r, phase="Pending", node=None, gated=True, ready=False, unschedulable_since=NOW - 300) for r in (0, 1)]
+    plan = plan_training(job(2, status=st), gated, nodes(2), NOW)
+    assert plan.ungate and not plan.delete_pods

@@ -80,7 +80,8 @@ def slim_pod(body: Any) -> dict[str, Any]:
         "status": {
             "phase": st.get("phase"),
             "conditions": [
-                {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason")}
+                {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+                 "message": c.get("message"), "lastTransitionTime": c.get("lastTransitionTime")}
                 for c in st.get("conditions") or [] if c.get("type") in ("Ready", "DisruptionTarget", "PodScheduled")
             ],
             "containerStatuses": _plain(st).get("containerStatuses") if st else None,

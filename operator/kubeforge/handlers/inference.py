@@ -71,13 +71,15 @@ def query_for(spec: dict[str, Any], namespace: str, name: str) -> str:
     return render_query(template, namespace, name)
 
 
-def placeable(view, gpus_per_replica: int, current: int) -> int | None:
-    """Replicas the pool can hold in total now: current ones plus whole replicas that fit in
-    the free GPUs of usable nodes. None when there is no pool view."""
+def placeable(view, gpus_per_replica: int, current: int, unplaced: int = 0) -> int | None:
+    """Replicas the pool can hold in total now: the current ones plus whole replicas that fit
+    in the free GPUs of usable nodes, less ``unplaced`` (replicas already asked for but not
+    bound to a node yet: their GPUs do not show as allocated, yet they will take them).
+    None when there is no pool view."""
     if view is None:
         return None
     extra = sum(n.gpus_free // gpus_per_replica for n in view.nodes if n.usable)
-    return current + extra
+    return current + max(0, extra - unplaced)
 
 
 async def _get(fn, *args):
@@ -144,7 +146,10 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
         _http = httpx.AsyncClient()
     q = await query_scalar(_http, a.get("prometheusURL") or "http://prometheus-operated.monitoring.svc:9090", query_for(spec, ns, name), timeout=2.0)
     state = _states.get(key) or AutoscalerState()
-    d = decide(policy, state, current, q.value, now, placeable(view, policy.gpus_per_replica, current))
+    pods = [p for p in STATE.many("kf_service_pods", key) if not p["metadata"].get("deletionTimestamp")]
+    bound = sum(1 for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed"))
+    d = decide(policy, state, current, q.value, now,
+               placeable(view, policy.gpus_per_replica, current, unplaced=max(0, current - bound)))
     _states[key] = d.state
     metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
     patch: dict[str, Any] = {}
@@ -157,8 +162,13 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
     if q.value is not None:
         patch["lastMetricValue"] = q.value
         patch["lastMetricTime"] = rfc3339(q.time or now)
-    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason,
-                          d.inactive_reason or d.reason, now, gen)
+    active_msg = d.inactive_reason or d.reason
+    if q.error:
+        active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
+        old_active = get_condition(conds, "ScalingActive")
+        if not old_active or old_active.get("status") != "False":
+            await kube.event(body, "Warning", "FailedGetMetric", active_msg, now)
+    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
     conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
                           d.limited_reason or "desired replicas within bounds and capacity", now, gen)
     if d.desired == 0 and policy.min_replicas == 0:

@@ -26,6 +26,10 @@ Rules (and where they come from):
 - Success: every worker ``Succeeded`` (JobSet's default success policy, "All"). A rank that
   exits 0 while others still run is waited for; torchrun exits every rank together.
 - Suspend: pods deleted, placement released, PVC and status kept; resume is admission again.
+- Lost placement: if an ungated worker stays ``Unschedulable`` for ``schedule_timeout``
+  seconds (something outside kubeforge took the GPUs the gang was promised between admission
+  and binding), the gang is placed again from scratch: a new attempt, counted neither as a
+  failure nor as a preemption, condition ``Admitted=False`` reason ``PlacementLost``.
 - Fallback: with several ``spec.pools``, the job moves to the next pool after
   ``preemptionsBeforeFallback`` preemptions (per pool), like a Kueue flavor fallback.
 """
@@ -68,6 +72,8 @@ class PodView:
     disruption: str | None = None
     exit_code: int | None = None
     termination_message: str | None = None
+    unschedulable_since: float | None = None
+    unschedulable_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ def pod_view(pod: Mapping[str, Any], gpu_container_names: Sequence[str] = ("trai
     disruption = next((c.get("reason") or "DisruptionTarget" for c in conds
                        if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    unsched = next((c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                    and c.get("reason") == "Unschedulable"), None)
     exit_code = None
     message = None
     cstatuses = st.get("containerStatuses") or []
@@ -167,6 +175,8 @@ def pod_view(pod: Mapping[str, Any], gpu_container_names: Sequence[str] = ("trai
         disruption=disruption,
         exit_code=exit_code,
         termination_message=message,
+        unschedulable_since=parse_time(unsched.get("lastTransitionTime")) if unsched else None,
+        unschedulable_message=unsched.get("message") if unsched else None,
     )
 
 
@@ -216,6 +226,7 @@ def plan_training(
     *,
     price_per_gpu_hour: float | None = None,
     not_ready_grace: float = 60.0,
+    schedule_timeout: float = 30.0,
 ) -> TrainingPlan:
     """Decide the next actions for one TrainingJob.
 
@@ -226,6 +237,8 @@ def plan_training(
         now: unix seconds.
         price_per_gpu_hour: the pool's price, for ``status.cost``.
         not_ready_grace: seconds a node may be NotReady before its pods count as disrupted.
+        schedule_timeout: seconds an ungated worker may stay Unschedulable before the gang
+            is placed again.
 
     Returns:
         A :class:`TrainingPlan`; an empty plan when nothing needs doing.
@@ -380,6 +393,23 @@ def plan_training(
         plan.release = True
         plan.status = new
         return plan
+
+    # --- lost placement: a worker the scheduler cannot bind where we placed it ----------------------
+    stuck = sorted((p for p in current if p.phase == "Pending" and not p.gated and not p.deleting
+                    and p.unschedulable_since is not None), key=lambda p: p.rank)
+    if stuck:
+        waited = now - stuck[0].unschedulable_since
+        if waited >= schedule_timeout:
+            msg = (f"pod {stuck[0].name} could not be scheduled on its node for {waited:.0f}s "
+                   f"({stuck[0].unschedulable_message or 'Unschedulable'}); placing the gang again")
+            new.update({"phase": "Pending", "placement": None, "attempt": attempt + 1})
+            cond("Admitted", False, "PlacementLost", msg)
+            plan.delete_pods = [p.name for p in pods if not p.deleting]
+            plan.release = True
+            plan.events.append(("Warning", "PlacementLost", msg))
+            plan.status = new
+            return plan
+        plan.requeue_after = schedule_timeout - waited
 
     # --- create / ungate / running -------------------------------------------------------------------
     present = {p.rank for p in current}
