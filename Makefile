@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools demo test unit down crds check-crds bench
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-autoscaling
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,10 +19,14 @@ setup: $(BIN)/kubeforge
 tools:
 	bash hack/build-tools.sh >/dev/null
 
+# Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
+system-deps: setup
+	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
+
 demo: setup tools
 	$(BIN)/kubeforge demo
 
-test: setup tools
+test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: setup
@@ -36,3 +40,9 @@ crds: setup
 
 check-crds: setup
 	$(BIN)/kubeforge crds --check
+
+bench-training: setup tools
+	$(BIN)/python e2e/bench_training.py
+
+bench-autoscaling: setup tools system-deps
+	$(BIN)/python e2e/bench_autoscaling.py
