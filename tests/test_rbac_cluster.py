@@ -26,7 +26,8 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kubeforge"
 IMAGE = ["--set", "image.repository=registry.invalid/kubeforge", "--set", "image.tag=test"]
-FORBIDDEN = re.compile(r"Forbidden|\b403\b|forbidden")
+# An HTTP 403 as the kubernetes client or kopf log it (not "403" inside a timestamp's milliseconds).
+FORBIDDEN = re.compile(r"Forbidden|forbidden|\(403\)|HTTP 403|\"code\":\s*403")
 # No Prometheus answers here: a closed loopback port fails fast, so ScalingActive is False.
 NO_PROMETHEUS = "http://127.0.0.1:9"
 

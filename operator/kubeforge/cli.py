@@ -34,6 +34,7 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
 
     kopf.configure(verbose=verbose)  # kopf's own log format; our loggers propagate to it
     logging.getLogger("kubeforge").setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per Prometheus query otherwise
     if metrics_port:
         metrics.serve(metrics_port, metrics_address)
     kopf.run(

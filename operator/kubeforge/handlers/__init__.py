@@ -36,7 +36,7 @@ async def _startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     kube.load_config()
     # kopf passes every index to startup handlers; they fill in as the watches list.
     STATE.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}
-    STATE.jobs = WorkQueue(reconcile_job, workers=8, name="trainingjobs")
+    STATE.jobs = WorkQueue(reconcile_job, workers=16, name="trainingjobs")
     STATE.services = WorkQueue(reconcile_service, workers=4, name="inferenceservices")
     STATE.jobs.start()
     STATE.services.start()

@@ -37,6 +37,7 @@ from kubeforge.handlers.state import STATE
 log = logging.getLogger("kubeforge.inference")
 PLURAL = "inferenceservices"
 _states: dict[tuple[str, str], AutoscalerState] = {}
+_last_decision: dict[tuple[str, str], tuple[float, int | None]] = {}  # key -> (time, generation)
 _http: httpx.AsyncClient | None = None
 
 
@@ -99,6 +100,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
     body = await _get(kube.custom().get_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         _states.pop(key, None)
+        _last_decision.pop(key, None)
         return None
     now = time.time()
     spec = body.get("spec") or {}
@@ -114,7 +116,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
         if not old or old.get("reason") != reason or old.get("message") != msg:
             conds = set_condition(conds, "Ready", False, reason, msg, now, gen)
             await kube.patch_status(PLURAL, ns, name, {"conditions": conds, "observedGeneration": gen})
-            await kube.event(body, "Warning", reason, msg, now)
+            kube.event_soon(body, "Warning", reason, msg, now)
         return 30.0
 
     res = (STATE.one("kf_pools", pool_name).get("spec") or {}).get("gpuResourceName") or "nvidia.com/gpu"
@@ -135,12 +137,18 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
         manifest = build_deployment(body, replicas=first, gpu_resource=res, node_selector=(view.body.get("spec") or {}).get("nodeSelector") if view else None,
                                     tolerations=view.tolerations if view else [], pool=pool_name, level_label=level_label)
         await kube.create_if_absent("Deployment", ns, manifest)
-        await kube.event(body, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
+        kube.event_soon(body, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
         dep = await _get(kube.apps().read_namespaced_deployment, name, ns)
     dep_d = kube.api().sanitize_for_serialization(dep) if dep is not None else {}
     current = int((dep_d.get("spec") or {}).get("replicas") or 0)
     dep_st = dep_d.get("status") or {}
 
+    # Decide once per polling interval (and at once when the spec changes); the pod events
+    # that also wake this reconcile must not make the autoscaler act on half-updated state.
+    last_t, last_gen = _last_decision.get(key, (None, None))
+    if last_t is not None and last_gen == gen and now - last_t < interval:
+        return interval - (now - last_t)
+    _last_decision[key] = (now, gen)
     a = spec.get("autoscaling") or {}
     if _http is None:
         _http = httpx.AsyncClient()
@@ -157,7 +165,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
         await kube._call(kube.apps().patch_namespaced_deployment_scale, name, ns, {"spec": {"replicas": d.desired}})
         patch["lastScaleTime"] = rfc3339(now)
         patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
-        await kube.event(body, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+        kube.event_soon(body, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
     ready = int(dep_st.get("readyReplicas") or 0)
     if q.value is not None:
         patch["lastMetricValue"] = q.value
@@ -167,7 +175,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
         active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
         old_active = get_condition(conds, "ScalingActive")
         if not old_active or old_active.get("status") != "False":
-            await kube.event(body, "Warning", "FailedGetMetric", active_msg, now)
+            kube.event_soon(body, "Warning", "FailedGetMetric", active_msg, now)
     conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
     conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
                           d.limited_reason or "desired replicas within bounds and capacity", now, gen)

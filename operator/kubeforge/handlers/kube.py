@@ -7,9 +7,11 @@ loop that kopf shares with us never blocks on the network. Every call has a requ
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from kubernetes import client, config
@@ -21,8 +23,11 @@ from kubeforge.builders.common import rfc3339
 log = logging.getLogger("kubeforge.kube")
 REQUEST_TIMEOUT = 15  # seconds, for every API call we make
 COMPONENT = "kubeforge-operator"
+API_THREADS = 32  # concurrent API calls; the default executor has only min(32, cpus + 4) threads
 
 _api: client.ApiClient | None = None
+_pool = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube-api")
+_background: set[asyncio.Task] = set()
 
 
 def load_config() -> None:
@@ -33,7 +38,7 @@ def load_config() -> None:
     else:
         config.load_kube_config()
     cfg = client.Configuration.get_default_copy()
-    cfg.connection_pool_maxsize = 32
+    cfg.connection_pool_maxsize = API_THREADS
     _api = client.ApiClient(cfg)
 
 
@@ -58,7 +63,8 @@ def apps() -> client.AppsV1Api:
 
 async def _call(fn, *args, **kwargs):
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
 
 
 async def create_if_absent(kind: str, namespace: str, body: Mapping[str, Any]) -> bool:
@@ -126,6 +132,13 @@ async def patch_status(plural: str, namespace: str | None, name: str, status: Ma
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def event_soon(obj: Mapping[str, Any], type_: str, reason: str, message: str, now: float | None = None) -> None:
+    """Post an Event in the background: a reconcile never waits for (or fails on) an Event."""
+    task = asyncio.get_running_loop().create_task(event(obj, type_, reason, message, now))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 async def event(

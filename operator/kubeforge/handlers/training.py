@@ -121,6 +121,7 @@ async def admission_round(now: float) -> None:
             await _no_fit(job, status, "InvalidSpec", msg, now)
         decisions = admit(queue, view.nodes, view.levels)
         index = {f"{k[0]}/{k[1]}": (job, st) for k, job, st in entries}
+        writes = []
         for d in decisions:
             job, status = index[d.key]
             metrics.ADMISSIONS.labels(pool=pool_name, result="admitted" if d.admitted else "waiting").inc()
@@ -128,11 +129,32 @@ async def admission_round(now: float) -> None:
                 pl = d.result
                 for n, g in pl.gpus_by_node.items():
                     ledgers[res][n] = ledgers[res].get(n, 0) + g
-                await _admit(job, status, pool_name, pl, now)
+                writes.append(_admit(job, status, pool_name, pl, now))
             else:
                 nf: NoFit = d.result
                 reason = "Unschedulable" if nf.permanent else "WaitingForCapacity"
-                await _no_fit(job, status, reason, nf.reason, now)
+                writes.append(_no_fit(job, status, reason, nf.reason, now))
+        # The decisions are final (the ledger above already holds them); their status writes go
+        # out together, and all land before the next round reads the overlay.
+        await _bounded_gather(writes)
+
+
+WRITE_CONCURRENCY = 16  # status writes / pod creates in flight at once from one loop
+
+
+async def _bounded_gather(coros: list) -> None:
+    """Await every coroutine, at most WRITE_CONCURRENCY at a time; re-raise the first error
+    after all have finished (so one failed write never leaves the others unawaited)."""
+    sem = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+    async def one(c):
+        async with sem:
+            return await c
+
+    results = await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 async def _admit(job: dict, status: dict, pool: str, pl: Placement, now: float) -> None:
@@ -147,7 +169,7 @@ async def _admit(job: dict, status: dict, pool: str, pl: Placement, now: float) 
     }
     await _write_status(job, patch, status)
     where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pool}"
-    await kube.event(job, "Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}", now)
+    kube.event_soon(job, "Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}", now)
     STATE.jobs.add((job["metadata"]["namespace"], job["metadata"]["name"]))
 
 
@@ -169,7 +191,7 @@ async def _no_fit(job: dict, status: dict, reason: str, message: str, now: float
     await _write_status(job, patch, status)
     _last_nofit_write[key] = now
     if not same_reason:
-        await kube.event(job, "Warning", reason, message, now)
+        kube.event_soon(job, "Warning", reason, message, now)
 
 
 async def admission_loop() -> None:
@@ -238,7 +260,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
             gen = job["metadata"].get("generation")
             conds = set_condition(status.get("conditions"), "Admitted", False, "InvalidSpec", err, now, gen)
             await _write_status(job, {"conditions": conds, "phase": "Pending", "observedGeneration": gen}, status)
-            await kube.event(job, "Warning", "InvalidSpec", err, now)
+            kube.event_soon(job, "Warning", "InvalidSpec", err, now)
         return None
     pods_raw = STATE.many("kf_job_pods", key)
     pods = [pod_view(p) for p in pods_raw]
@@ -248,8 +270,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
     plan = plan_training(job, pods, _node_views(node_names), now, price_per_gpu_hour=pool.price if pool else None)
 
     grace = plan.delete_grace_seconds
-    for pod_name in plan.delete_pods:
-        await kube.delete("Pod", ns, pod_name, grace)
+    await _bounded_gather([kube.delete("Pod", ns, n, grace) for n in plan.delete_pods])
     if plan.create_ranks and placement:
         if not (job["spec"].get("checkpoint") or {}).get("existingClaimName"):
             await kube.create_if_absent("PersistentVolumeClaim", ns, build_pvc(job))
@@ -258,18 +279,20 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
         nodes = list(placement["nodes"])
         levels = pool.levels if pool else []
         pl = Placement(placement.get("level"), placement.get("domain"), tuple(nodes), {}, placement.get("reason", ""))
-        for rank in plan.create_ranks:
-            pod = build_worker_pod(
+        pods_to_create = [
+            build_worker_pod(
                 job, rank=rank, attempt=attempt, nodes=nodes, affinity={"nodeAffinity": node_affinity(pl, rank, levels)},
                 gpu_resource=pool.gpu_resource if pool else "nvidia.com/gpu",
                 tolerations=pool.tolerations if pool else [], pool=placement.get("pool"),
                 last_checkpoint=status.get("lastCheckpoint"),
             )
-            await kube.create_if_absent("Pod", ns, pod)
-    for pod_name in plan.ungate:
-        await kube.patch_pod(ns, pod_name, [{"op": "remove", "path": "/spec/schedulingGates"}])
+            for rank in plan.create_ranks
+        ]
+        # The pod watch re-queues this job as the pods appear; that pass lifts the gates.
+        await _bounded_gather([kube.create_if_absent("Pod", ns, p) for p in pods_to_create])
+    await _bounded_gather([kube.patch_pod(ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}]) for n in plan.ungate])
     if plan.ungate:
-        await kube.event(job, "Normal", "GangReleased", f"all {len(plan.ungate)} pods created; scheduling gates lifted together", now)
+        kube.event_soon(job, "Normal", "GangReleased", f"all {len(plan.ungate)} pods created; scheduling gates lifted together", now)
     if plan.status:
         patch = dict(plan.status)
         patch["observedGeneration"] = job["metadata"].get("generation")
@@ -279,7 +302,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
             metrics.PREEMPTION_RESTARTS.inc()
         elif reason == "WorkerFailed":
             metrics.FAILURE_RESTARTS.inc()
-        await kube.event(job, type_, reason, message, now)
+        kube.event_soon(job, type_, reason, message, now)
     if plan.release:
         STATE.wake_admission()
     return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
