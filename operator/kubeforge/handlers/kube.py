@@ -117,21 +117,24 @@ async def patch_pod(namespace: str, name: str, patch: Any, strategic: bool = Tru
             raise
 
 
-async def patch_status(plural: str, namespace: str | None, name: str, status: Mapping[str, Any]) -> None:
-    """Merge-patch ``status`` of one of our objects through the status subresource.
+async def patch_status(plural: str, namespace: str | None, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Merge-patch ``status`` of one of our objects through the status subresource; returns
+    the object as the API server now holds it (None when it was deleted meanwhile: 404 is
+    ignored).
 
     Only ``status`` is ever written: the user's spec stays theirs (GitOps: no drift).
-    404 is ignored (the object was deleted meanwhile).
     """
     body = {"status": dict(status)}
     try:
         if namespace:
-            await _call(custom().patch_namespaced_custom_object_status, GROUP, VERSION, namespace, plural, name, body)
+            obj = await _call(custom().patch_namespaced_custom_object_status, GROUP, VERSION, namespace, plural, name, body)
         else:
-            await _call(custom().patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
+            obj = await _call(custom().patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
     except ApiException as e:
         if e.status != 404:
             raise
+        return None
+    return obj
 
 
 def event_soon(obj: Mapping[str, Any], type_: str, reason: str, message: str, now: float | None = None) -> None:

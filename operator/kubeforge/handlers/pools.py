@@ -65,7 +65,7 @@ def ledger(gpu_resource: str) -> tuple[dict[str, int], dict[tuple[str, str], int
         job = STATE.one("kf_jobs", key)
         if job is None:
             continue
-        st = STATE.effective_status(key, job.get("status"))
+        st = STATE.effective_status(key, job)
         r = st.get("restarts") or {}
         current_attempt[key] = int(r.get("failures", 0)) + int(r.get("preemptions", 0))
         held = placement_gpus(job, st)
@@ -130,7 +130,7 @@ def pool_status(view: PoolView, per_job: dict[tuple[str, str], int], now: float)
     workloads = []
     for (ns, name), g in sorted(per_job.items()):
         job = STATE.one("kf_jobs", (ns, name))
-        st = STATE.effective_status((ns, name), job.get("status") if job else None)
+        st = STATE.effective_status((ns, name), job)
         if (st.get("placement") or {}).get("pool") == view.name or any(n in node_names for n in (st.get("placement") or {}).get("nodes") or []):
             workloads.append({"kind": "TrainingJob", "namespace": ns, "name": name, "gpus": g})
     old = view.body.get("status") or {}
@@ -199,7 +199,7 @@ async def pool_status_loop() -> None:
             phases: dict[str, int] = {p: 0 for p in ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")}
             for key in list(STATE.index("kf_jobs").keys()):
                 job = STATE.one("kf_jobs", key)
-                ph = STATE.effective_status(key, job.get("status") if job else None).get("phase") or "Pending"
+                ph = STATE.effective_status(key, job).get("phase") or "Pending"
                 phases[ph] = phases.get(ph, 0) + 1
             for ph, n in phases.items():
                 metrics.JOBS_BY_PHASE.labels(phase=ph).set(n)

@@ -4,9 +4,9 @@
   our custom objects from watches; nothing here lists the cluster per reconcile.
 - :class:`WorkQueue` deduplicates keys and runs one reconcile per key at a time with a fixed
   number of workers (controller-runtime's model), with delayed re-adds for backoff.
-- The overlay holds the status this process wrote for a job during the last
-  ``OVERLAY_TTL`` seconds, so the admission loop never acts on an index that has not caught
-  up with our own write yet (that is how two jobs could otherwise get the same GPUs).
+- The overlay holds the status this process last wrote for a job until the index has caught
+  up with that write (by resourceVersion), so the admission loop never acts on a lagging
+  copy (that is how two jobs could otherwise get the same GPUs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, Hashable
 from kubeforge import metrics
 
 log = logging.getLogger("kubeforge.state")
-OVERLAY_TTL = 30.0
+OVERLAY_TTL = 300.0  # only when resourceVersions are not comparable integers
 
 
 class WorkQueue:
@@ -97,7 +97,7 @@ class State:
         self.services: WorkQueue | None = None
         self.admission_wakeup = asyncio.Event()
         self.admission_lock = asyncio.Lock()
-        self._overlay: dict[Hashable, tuple[float, dict[str, Any]]] = {}
+        self._overlay: dict[Hashable, tuple[float, dict[str, Any], str | None]] = {}
         self.tasks: list[asyncio.Task] = []
 
     # indexes ---------------------------------------------------------------------------------
@@ -113,20 +113,38 @@ class State:
         return list(store) if store else []
 
     # overlay ---------------------------------------------------------------------------------
-    def remember_status(self, key: Hashable, status_patch: dict[str, Any], base: dict[str, Any] | None) -> None:
-        """Record the status we just wrote (merged over ``base``) for ``OVERLAY_TTL`` seconds."""
-        merged = dict(base or {})
-        merged.update(status_patch)
-        self._overlay[key] = (time.monotonic(), merged)
+    def remember_status(self, key: Hashable, written: dict[str, Any] | None) -> None:
+        """Record the object as the API server returned it after our status write (its whole
+        status, as it stands after every writer, and its resourceVersion)."""
+        if written is None:  # deleted meanwhile
+            self._overlay.pop(key, None)
+            return
+        rv = (written.get("metadata") or {}).get("resourceVersion")
+        self._overlay[key] = (time.monotonic(), dict(written.get("status") or {}), rv)
 
     def effective_status(self, key: Hashable, indexed: dict[str, Any] | None) -> dict[str, Any]:
-        """Our own recent write if there is one, else the indexed status."""
+        """The status to act on: our own last write until the index has caught up with it.
+
+        ``indexed`` is the object as the index holds it (``status`` and
+        ``metadata.resourceVersion``). The overlay entry is dropped once the index holds our
+        write or a later version. resourceVersions are compared as integers (etcd revisions,
+        as the API server's own watch cache does); when either is not an integer, the entry
+        lives OVERLAY_TTL seconds. Under load the index can lag our writes by many seconds,
+        and acting on the lagging copy would promise a job's GPUs twice.
+        """
         entry = self._overlay.get(key)
-        if entry and time.monotonic() - entry[0] < OVERLAY_TTL:
-            return entry[1]
+        indexed = indexed or {}
         if entry:
+            written_at, status, rv = entry
+            seen = (indexed.get("metadata") or {}).get("resourceVersion")
+            try:
+                caught_up = seen is not None and rv is not None and int(seen) >= int(rv)
+            except ValueError:
+                caught_up = time.monotonic() - written_at >= OVERLAY_TTL
+            if not caught_up:
+                return status
             self._overlay.pop(key, None)
-        return dict(indexed or {})
+        return dict(indexed.get("status") or {})
 
     def forget(self, key: Hashable) -> None:
         self._overlay.pop(key, None)

@@ -73,10 +73,10 @@ def _pending(job: dict[str, Any], status: dict[str, Any], now: float) -> bool:
     return not (nb and nb > now)
 
 
-async def _write_status(job: dict[str, Any], status_patch: dict[str, Any], base: dict[str, Any] | None) -> None:
+async def _write_status(job: dict[str, Any], status_patch: dict[str, Any]) -> None:
+    """Write a status merge patch and remember the result for the admission loop."""
     key = (job["metadata"]["namespace"], job["metadata"]["name"])
-    await kube.patch_status(PLURAL, key[0], key[1], status_patch)
-    STATE.remember_status(key, status_patch, base)
+    STATE.remember_status(key, await kube.patch_status(PLURAL, key[0], key[1], status_patch))
 
 
 async def admission_round(now: float) -> None:
@@ -87,7 +87,7 @@ async def admission_round(now: float) -> None:
         job = STATE.one("kf_jobs", key)
         if job is None:
             continue
-        status = STATE.effective_status(key, job.get("status"))
+        status = STATE.effective_status(key, job)
         if not _pending(job, status, now):
             continue
         if _cached_spec_error(job):
@@ -167,7 +167,7 @@ async def _admit(job: dict, status: dict, pool: str, pl: Placement, now: float) 
         "phase": status.get("phase") if status.get("phase") == "Restarting" else "Pending",
         "restarts": status.get("restarts") or {"failures": 0, "preemptions": 0},
     }
-    await _write_status(job, patch, status)
+    await _write_status(job, patch)
     where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pool}"
     kube.event_soon(job, "Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}", now)
     STATE.jobs.add((job["metadata"]["namespace"], job["metadata"]["name"]))
@@ -188,7 +188,7 @@ async def _no_fit(job: dict, status: dict, reason: str, message: str, now: float
     gen = job["metadata"].get("generation")
     conds = set_condition(status.get("conditions"), "Admitted", False, reason, message, now, gen)
     patch = {"conditions": conds, "observedGeneration": gen, "phase": status.get("phase") or "Pending"}
-    await _write_status(job, patch, status)
+    await _write_status(job, patch)
     _last_nofit_write[key] = now
     if not same_reason:
         kube.event_soon(job, "Warning", reason, message, now)
@@ -259,7 +259,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
         if not (old and old.get("reason") == "InvalidSpec" and old.get("message") == err):
             gen = job["metadata"].get("generation")
             conds = set_condition(status.get("conditions"), "Admitted", False, "InvalidSpec", err, now, gen)
-            await _write_status(job, {"conditions": conds, "phase": "Pending", "observedGeneration": gen}, status)
+            await _write_status(job, {"conditions": conds, "phase": "Pending", "observedGeneration": gen})
             kube.event_soon(job, "Warning", "InvalidSpec", err, now)
         return None
     pods_raw = STATE.many("kf_job_pods", key)
@@ -296,7 +296,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
     if plan.status:
         patch = dict(plan.status)
         patch["observedGeneration"] = job["metadata"].get("generation")
-        await _write_status(job, patch, status)
+        await _write_status(job, patch)
     for type_, reason, message in plan.events:
         if reason == "Preempted":
             metrics.PREEMPTION_RESTARTS.inc()
