@@ -67,6 +67,20 @@ async def _call(fn, *args, **kwargs):
     return await loop.run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
 
 
+def _discard_body(fn, *args, **kwargs) -> None:
+    """Call ``fn`` without turning the response into client model objects (the client's
+    deserialization costs more CPU than the request itself); errors still raise."""
+    resp = fn(*args, _preload_content=False, **kwargs)
+    try:
+        resp.data  # read it all, so the connection goes back to the pool
+    finally:
+        resp.release_conn()
+
+
+async def _call_no_result(fn, *args, **kwargs) -> None:
+    await _call(_discard_body, fn, *args, **kwargs)
+
+
 async def create_if_absent(kind: str, namespace: str, body: Mapping[str, Any]) -> bool:
     """Create ``body`` unless an object of that name exists; True when created.
 
@@ -82,7 +96,7 @@ async def create_if_absent(kind: str, namespace: str, body: Mapping[str, Any]) -
         "Deployment": apps().create_namespaced_deployment,
     }[kind]
     try:
-        await _call(fn, namespace, body)
+        await _call_no_result(fn, namespace, body)
         return True
     except ApiException as e:
         if e.status == 409:
@@ -100,7 +114,7 @@ async def delete(kind: str, namespace: str, name: str, grace_seconds: int | None
     }[kind]
     opts = client.V1DeleteOptions(propagation_policy="Background", grace_period_seconds=grace_seconds)
     try:
-        await _call(fn, name, namespace, body=opts)
+        await _call_no_result(fn, name, namespace, body=opts)
         return True
     except ApiException as e:
         if e.status == 404:
@@ -111,7 +125,7 @@ async def delete(kind: str, namespace: str, name: str, grace_seconds: int | None
 async def patch_pod(namespace: str, name: str, patch: Any, strategic: bool = True) -> None:
     """Patch a pod (strategic merge by default). 404 is ignored (the pod is gone)."""
     try:
-        await _call(core().patch_namespaced_pod, name, namespace, patch)
+        await _call_no_result(core().patch_namespaced_pod, name, namespace, patch)
     except ApiException as e:
         if e.status != 404:
             raise
@@ -174,7 +188,7 @@ async def event(
         "reportingInstance": os.environ.get("HOSTNAME", "kubeforge"),
     }
     try:
-        await _call(core().create_namespaced_event, ns, ev)
+        await _call_no_result(core().create_namespaced_event, ns, ev)
     except ApiException as e:
         if e.status == 403 and "NamespaceTerminating" in (e.body or ""):
             log.debug("event %s on %s/%s dropped: namespace terminating", reason, ns, md["name"])

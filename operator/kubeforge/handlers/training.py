@@ -32,6 +32,7 @@ from kubeforge.placement import GangRequest, NoFit, PendingGang, Placement, admi
 
 log = logging.getLogger("kubeforge.training")
 ADMISSION_INTERVAL = 1.0  # seconds: the loop also wakes on every relevant watch event
+ADMISSION_MIN_GAP = 0.25  # seconds between two rounds, however many events woke it
 PLURAL = "trainingjobs"
 RESYNC_SECONDS = 15.0  # level-based safety net: every job is re-checked this often
 
@@ -211,6 +212,8 @@ async def admission_loop() -> None:
         except Exception:
             log.exception("admission round failed; retrying")
             await asyncio.sleep(1.0)
+        # Batch the wake-ups of an event storm (hundreds of pods starting) into one round.
+        await asyncio.sleep(ADMISSION_MIN_GAP)
 
 
 # --- reconcile -----------------------------------------------------------------------------
