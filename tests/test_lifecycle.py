@@ -840,3 +840,11 @@ def test_gated_worker_is_never_taken_for_stuck():
     gated = [pod(r, phase="Pending", node=None, gated=True, ready=False, unschedulable_since=NOW - 300) for r in (0, 1)]
     plan = plan_training(job(2, status=st), gated, nodes(2), NOW)
     assert plan.ungate and not plan.delete_pods
+
+
+def test_worker_waiting_for_its_volume_is_not_a_lost_placement():
+    st = admitted(2, phase="Pending")
+    slow = pod(0, phase="Pending", node=None, ready=False, unschedulable_since=NOW - 300,
+               unschedulable_message='0/64 nodes are available: pod has unbound immediate PersistentVolumeClaims.')
+    plan = plan_training(job(2, status=st), [slow, pod(1)], nodes(2), NOW)
+    assert not plan.delete_pods and "placement" not in (plan.status or {})

@@ -301,6 +301,8 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
         patch["observedGeneration"] = job["metadata"].get("generation")
         await _write_status(job, patch)
     for type_, reason, message in plan.events:
+        if type_ == "Warning" or reason in ("Running", "Succeeded", "Suspended", "Resumed"):
+            log.info("trainingjob %s/%s: %s: %s", ns, name, reason, message)
         if reason == "Preempted":
             metrics.PREEMPTION_RESTARTS.inc()
         elif reason == "WorkerFailed":

@@ -27,8 +27,8 @@ Rules (and where they come from):
   exits 0 while others still run is waited for; torchrun exits every rank together.
 - Suspend: pods deleted, placement released, PVC and status kept; resume is admission again.
 - Lost placement: if an ungated worker stays ``Unschedulable`` for ``schedule_timeout``
-  seconds (something outside kubeforge took the GPUs the gang was promised between admission
-  and binding), the gang is placed again from scratch: a new attempt, counted neither as a
+  seconds for a reason other than its volumes (something outside kubeforge took the GPUs the
+  gang was promised between admission and binding), the gang is placed again from scratch: a new attempt, counted neither as a
   failure nor as a preemption, condition ``Admitted=False`` reason ``PlacementLost``.
 - Fallback: with several ``spec.pools``, the job moves to the next pool after
   ``preemptionsBeforeFallback`` preemptions (per pool), like a Kueue flavor fallback.
@@ -201,6 +201,13 @@ def _checkpoint_from(pods: Sequence[PodView]) -> dict[str, Any] | None:
         if best is None or ck["step"] > best["step"]:
             best = ck
     return best
+
+
+def _waits_for_volume(message: str | None) -> bool:
+    """True when kube-scheduler holds the pod for its volumes (an unbound PVC, a claim not
+    found yet): the GPUs are still ours, the storage is just slow; not a lost placement."""
+    m = (message or "").lower()
+    return "persistentvolumeclaim" in m or "volume" in m
 
 
 def _backoff(fp: Mapping[str, Any], failures: int) -> float:
@@ -396,7 +403,8 @@ def plan_training(
 
     # --- lost placement: a worker the scheduler cannot bind where we placed it ----------------------
     stuck = sorted((p for p in current if p.phase == "Pending" and not p.gated and not p.deleting
-                    and p.unschedulable_since is not None), key=lambda p: p.rank)
+                    and p.unschedulable_since is not None and not _waits_for_volume(p.unschedulable_message)),
+                   key=lambda p: p.rank)
     if stuck:
         waited = now - stuck[0].unschedulable_since
         if waited >= schedule_timeout:
