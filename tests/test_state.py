@@ -71,3 +71,11 @@ def test_work_queue_runs_a_key_once_at_a_time_and_reruns_it_when_dirty():
         return seen
 
     assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_an_older_write_finishing_late_never_replaces_a_newer_one():
+    s = State()
+    key = ("ns", "job")
+    s.remember_status(key, obj(100, placement={"nodes": ["n1"]}))
+    s.remember_status(key, obj(90, phase="Pending"))  # issued earlier, answered later
+    assert s.effective_status(key, obj(80))["placement"] == {"nodes": ["n1"]}

@@ -120,6 +120,13 @@ class State:
             self._overlay.pop(key, None)
             return
         rv = (written.get("metadata") or {}).get("resourceVersion")
+        old = self._overlay.get(key)
+        if old is not None and old[2] is not None and rv is not None:
+            try:
+                if int(rv) < int(old[2]):
+                    return  # two writes finished out of order: keep the newer one
+            except ValueError:
+                pass
         self._overlay[key] = (time.monotonic(), dict(written.get("status") or {}), rv)
 
     def effective_status(self, key: Hashable, indexed: dict[str, Any] | None) -> dict[str, Any]:
