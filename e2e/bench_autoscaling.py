@@ -136,6 +136,15 @@ class Result:
     max_replicas: int = 0
 
 
+def count_change(r, before: int, after: int, last_dir: str | None) -> tuple[str, bool]:
+    """Count one replica change in ``r`` (patches, and a reversal when the direction flips);
+    returns (direction, whether it went up)."""
+    d = "Up" if after > before else "Down"
+    if last_dir and d != last_dir:
+        r.reversals += 1
+    r.patches += 1
+    return d, d == "Up"
+
 def spike_tracker(target: float, max_r: int):
     """Feed (t, waiting, asked_replicas, patched_up) samples; collects spike -> patch delays."""
     res = {"delays": [], "absorbed": 0}
@@ -178,11 +187,7 @@ def replay(scaler, arrivals, end: float) -> Result:
         want = scaler.tick(t, asked, seen)
         up = False
         if want is not None and want != asked:
-            d = "Up" if want > asked else "Down"
-            if last_dir and d != last_dir:
-                r.reversals += 1
-            last_dir, up = d, d == "Up"
-            r.patches += 1
+            last_dir, up = count_change(r, asked, want, last_dir)
             if want > asked:
                 pods += [t + STARTUP_S] * (want - asked)
             else:
@@ -237,7 +242,7 @@ def live(cluster_name: str, compression: float = 6.0, start_min: float = 8, end_
     from kubeforge.sim.prometheus import Prometheus
 
     seconds = (end_min - start_min) * 60 / compression
-    print(f"\n== LIVE: kubeforge through the simulator's /metrics, a real Prometheus and the real operator ==")
+    print("\n== LIVE: kubeforge through the simulator's /metrics, a real Prometheus and the real operator ==")
     print(f"trace minutes {start_min:g}-{end_min:g} time-compressed {compression:g}x ({seconds:.0f}s); cluster {cluster_name}; "
           "pollingIntervalSeconds 1, scale-down window 10s, target 4, replicas 1..8, scrape 1s")
     c = Cluster(cluster_name)
@@ -292,11 +297,7 @@ def live(cluster_name: str, compression: float = 6.0, start_min: float = 8, end_
             snap = sim.snapshot(ns, "chat")
             up = False
             if a is not None and a != cur:
-                d = "Up" if a > cur else "Down"
-                if last_dir and d != last_dir:
-                    r.reversals += 1
-                last_dir, up = d, d == "Up"
-                r.patches += 1
+                last_dir, up = count_change(r, cur, a, last_dir)
                 log_lines.append(f"  t={now - t_start:5.1f}s replicas {cur} -> {a} (queue {snap['waiting']}, ready {snap['ready']})")
                 cur = a
             feed(now, snap["waiting"], cur, up)
