@@ -275,9 +275,10 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
     grace = plan.delete_grace_seconds
     await _bounded_gather([kube.delete("Pod", ns, n, grace) for n in plan.delete_pods])
     if plan.create_ranks and placement:
+        first = [kube.create_if_absent("Service", ns, build_service(job))]
         if not (job["spec"].get("checkpoint") or {}).get("existingClaimName"):
-            await kube.create_if_absent("PersistentVolumeClaim", ns, build_pvc(job))
-        await kube.create_if_absent("Service", ns, build_service(job))
+            first.append(kube.create_if_absent("PersistentVolumeClaim", ns, build_pvc(job)))
+        await _bounded_gather(first)  # the PVC exists before any pod that mounts it
         attempt = restart_attempt(status)
         nodes = list(placement["nodes"])
         levels = pool.levels if pool else []

@@ -1,7 +1,6 @@
 """Pure lifecycle decisions: what a TrainingJob needs next, from what exists and ``now``."""
 
 from kubeforge.lifecycle.training import (
-    DISRUPTION_TAINT_PREFIXES,
     NodeView,
     PodView,
     TrainingPlan,
@@ -13,6 +12,6 @@ from kubeforge.lifecycle.training import (
 )
 
 __all__ = [
-    "DISRUPTION_TAINT_PREFIXES", "NodeView", "PodView", "TrainingPlan", "current_pool",
+    "NodeView", "PodView", "TrainingPlan", "current_pool",
     "interruption_reason", "plan_training", "pod_view", "restart_attempt",
 ]

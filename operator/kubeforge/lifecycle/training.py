@@ -41,13 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kubeforge.builders.common import get_condition, parse_time, rfc3339, set_condition
+from kubeforge.placement import INTERRUPTION_TAINT_PREFIXES
 
-DISRUPTION_TAINT_PREFIXES = (
-    "aws-node-termination-handler/",
-    "karpenter.sh/disrupted",
-    "cloud.google.com/impending-node-termination",
-    "node.kubernetes.io/out-of-service",
-)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 GPU_HOURS_FOLD_SECONDS = 60.0  # status.gpuHours of a running job is brought up to date this often
 
@@ -110,7 +105,7 @@ def interruption_reason(node: NodeView | None, now: float, not_ready_grace: floa
     if node is None:
         return "node deleted"
     for k in node.taint_keys:
-        if any(k == p or k.startswith(p) for p in DISRUPTION_TAINT_PREFIXES):
+        if any(k == p or k.startswith(p) for p in INTERRUPTION_TAINT_PREFIXES):
             return f"node {node.name} has interruption taint {k}"
     if not node.ready and node.not_ready_since is not None and now - node.not_ready_since >= not_ready_grace:
         return f"node {node.name} NotReady for {now - node.not_ready_since:.0f}s"
