@@ -96,42 +96,47 @@ def apply(cluster, obj: dict) -> None:
 
 @pytest.fixture
 def fleet(cluster, namespace):
-    """Make a small fleet of kwok GPU nodes private to this test; returns a factory.
+    """Make small fleets of kwok GPU nodes private to this test; returns a factory.
 
-    ``fleet(cliques=2, nodes=2, gpus=8, blocks=1, spot=False)`` creates nodes named
-    ``<ns>-b<block>-c<clique>-<i>`` labelled ``kubeforge.io/test-fleet=<ns>``, with
-    ``nvidia.com/gpu.clique`` and ``cloud.google.com/gce-topology-block`` labels, and a
-    GPUPool named ``<ns>`` selecting exactly them. Nodes and pool are deleted afterwards.
+    ``fleet(cliques=2, nodes=2, gpus=8, blocks=1, spot=False, pool=None)`` creates nodes named
+    ``<pool>-b<block>-c<clique>-<i>`` labelled ``kubeforge.io/test-fleet=<pool>``, with
+    ``nvidia.com/gpu.clique`` and ``cloud.google.com/gce-topology-block`` labels, and a GPUPool
+    named ``<pool>`` (default: the namespace's name) selecting exactly them. Returns the node
+    names. Nodes and pools are deleted afterwards.
     """
     from kubeforge.sim.fleet import Fleet, node_manifests
 
     made: list[str] = []
+    pools: list[str] = []
 
     def make(cliques: int = 2, nodes: int = 2, gpus: int = 8, blocks: int = 1, spot: bool = False,
-             pool_spec: dict | None = None) -> list[str]:
+             pool_spec: dict | None = None, pool: str | None = None) -> list[str]:
+        pool = pool or namespace
         groups = []
         for b in range(blocks):
             for c in range(cliques):
                 groups.append({
                     "name": f"b{b}-c{c}", "count": nodes, "capacityType": "spot" if spot else "on-demand",
                     "gpu": {"count": gpus},
-                    "labels": {"kubeforge.io/test-fleet": namespace, "nvidia.com/gpu.clique": f"{namespace}.b{b}c{c}",
-                               "cloud.google.com/gce-topology-block": f"{namespace}-b{b}"},
+                    "labels": {"kubeforge.io/test-fleet": pool, "nvidia.com/gpu.clique": f"{pool}.b{b}c{c}",
+                               "cloud.google.com/gce-topology-block": f"{pool}-b{b}"},
                 })
-        f = Fleet.model_validate({"name": "test", "nodePrefix": f"{namespace}-", "groups": groups})
+        f = Fleet.model_validate({"name": "test", "nodePrefix": f"{pool}-", "groups": groups})
         manifests = node_manifests(f)
         cluster.apply_nodes(manifests)
         names = [m["metadata"]["name"] for m in manifests]
         made.extend(names)
         wait_for(lambda: all(_node_ready(cluster, n) for n in names), timeout=60, what="kwok nodes Ready")
         apply(cluster, {
-            "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": namespace},
-            "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": namespace}}, **(pool_spec or {})},
+            "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
+            "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}}, **(pool_spec or {})},
         })
+        pools.append(pool)
         return names
 
     yield make
-    cluster.kubectl("delete", "gpupool", namespace, "--ignore-not-found", "--wait=false", check=False)
+    if pools:
+        cluster.kubectl("delete", "gpupool", *pools, "--ignore-not-found", "--wait=false", check=False)
     if made:
         cluster.kubectl("delete", "node", *made, "--ignore-not-found", "--wait=false", check=False)
 

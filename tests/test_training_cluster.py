@@ -208,3 +208,43 @@ def test_operator_restart_mid_admission_creates_no_duplicate_pods(cluster, names
         assert sorted(p["metadata"]["name"] for p in pods) == [f"{name}-worker-0-0", f"{name}-worker-1-0"]
     nodes = [p["spec"]["nodeName"] for n in ("r1", "r2") for p in job_pods(cluster, namespace, n)]
     assert len(nodes) == len(set(nodes)), "two gangs share a node: double-booked after restart"
+
+
+def test_after_enough_preemptions_the_job_falls_back_to_the_next_pool(cluster, namespace, fleet):
+    spot, ondemand = f"{namespace}-spot", f"{namespace}-od"
+    spot_nodes = fleet(cliques=1, nodes=2, spot=True, pool=spot)
+    fleet(cliques=1, nodes=2, pool=ondemand)
+    apply(cluster, training_job("fb", namespace, pools=[spot, ondemand],
+                                failurePolicy={"preemptionsBeforeFallback": 1}))
+    wait_for(lambda: len(running_pods(cluster, namespace, "fb")) == 2, timeout=60, what="running on spot")
+    assert job_status(cluster, namespace, "fb")["placement"]["pool"] == spot
+    cluster.kubectl("taint", "node", spot_nodes[0], "karpenter.sh/disrupted=true:NoSchedule")
+
+    def on_demand():
+        s = job_status(cluster, namespace, "fb")
+        pods = running_pods(cluster, namespace, "fb")
+        return s.get("phase") == "Running" and (s.get("placement") or {}).get("pool") == ondemand and len(pods) == 2 and (s, pods)
+    st, pods = wait_for(on_demand, timeout=90, what="the gang running in the on-demand pool")
+    assert st["restarts"] == {"failures": 0, "preemptions": 1}
+    assert all(p["spec"]["nodeName"].startswith(ondemand) for p in pods)
+
+
+def test_disruption_target_condition_restarts_the_gang_as_a_preemption(cluster, namespace, fleet):
+    fleet(cliques=2, nodes=2)
+    apply(cluster, training_job("dt", namespace))
+    pods = wait_for(lambda: (p := running_pods(cluster, namespace, "dt")) and len(p) == 2 and p, timeout=60)
+    victim = pods[0]["metadata"]["name"]
+    conds = pods[0]["status"].get("conditions") or []
+    # Stamped now: kube-controller-manager's disruption controller resets a DisruptionTarget
+    # older than 2 minutes on a pod that is not being deleted.
+    now = __import__("datetime").datetime.now(__import__("datetime").timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conds.append({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                  "message": "preempted by a higher-priority pod", "lastTransitionTime": now})
+    cluster.kubectl("patch", "pod", victim, "-n", namespace, "--subresource=status", "--type=merge",
+                    "-p", __import__("json").dumps({"status": {"conditions": conds}}))
+    st = wait_for(lambda: (s := job_status(cluster, namespace, "dt")).get("phase") == "Running"
+                  and (s.get("restarts") or {}).get("preemptions") == 1 and len(running_pods(cluster, namespace, "dt")) == 2 and s,
+                  timeout=90, what="the gang restarted after DisruptionTarget")
+    assert st["restarts"]["failures"] == 0
+    assert "PreemptionByScheduler" in condition(st, "Preempted")["message"]
+    assert victim not in {p["metadata"]["name"] for p in job_pods(cluster, namespace, "dt")}

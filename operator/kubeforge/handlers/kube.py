@@ -122,12 +122,13 @@ async def delete(kind: str, namespace: str, name: str, grace_seconds: int | None
         raise
 
 
-async def patch_pod(namespace: str, name: str, patch: Any, strategic: bool = True) -> None:
-    """Patch a pod (strategic merge by default). 404 is ignored (the pod is gone)."""
+async def ungate_pod(namespace: str, name: str) -> None:
+    """Remove a pod's scheduling gates. A pod already ungated (422: nothing to remove) or gone
+    (404) is fine: lifting the gates is idempotent."""
     try:
-        await _call_no_result(core().patch_namespaced_pod, name, namespace, patch)
+        await _call_no_result(core().patch_namespaced_pod, name, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}])
     except ApiException as e:
-        if e.status != 404:
+        if e.status not in (404, 422):
             raise
 
 

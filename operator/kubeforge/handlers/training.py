@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from kubeforge import GROUP, VERSION, metrics
 from kubeforge.api import spec_error
 from kubeforge.builders.common import get_condition, parse_time, set_condition
-from kubeforge.builders.training import build_pvc, build_service, build_worker_pod
+from kubeforge.builders.training import build_pvc, build_service, build_worker_pod, pod_name
 from kubeforge.handlers import kube
 from kubeforge.handlers.pools import ledger, pool_view
 from kubeforge.handlers.state import STATE
@@ -35,6 +35,7 @@ ADMISSION_INTERVAL = 1.0  # seconds: the loop also wakes on every relevant watch
 ADMISSION_MIN_GAP = 0.25  # seconds between two rounds, however many events woke it
 PLURAL = "trainingjobs"
 RESYNC_SECONDS = 15.0  # level-based safety net: every job is re-checked this often
+_released: set[tuple[tuple[str, str], int]] = set()  # (job key, attempt) whose gates this process lifted
 
 
 _spec_errors: dict[tuple[str, int], str | None] = {}
@@ -252,6 +253,7 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
     if job is None or job["metadata"].get("deletionTimestamp"):
         STATE.forget(key)
         _last_nofit_write.pop(key, None)
+        _released.difference_update({k for k in _released if k[0] == key})
         STATE.wake_admission()
         return None
     now = time.time()
@@ -292,10 +294,14 @@ async def reconcile_job(key: tuple[str, str]) -> float | None:
             )
             for rank in plan.create_ranks
         ]
-        # The pod watch re-queues this job as the pods appear; that pass lifts the gates.
         await _bounded_gather([kube.create_if_absent("Pod", ns, p) for p in pods_to_create])
-    await _bounded_gather([kube.patch_pod(ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}]) for n in plan.ungate])
-    if plan.ungate:
+        # Every rank exists now (created here, or already there, gated): lift the gates in this
+        # same pass rather than after the pod watch catches up.
+        plan.ungate = [pod_name(name, r, attempt) for r in range(int(job["spec"]["replicas"]))]
+    attempt_key = (key, restart_attempt(status))
+    if plan.ungate and attempt_key not in _released:
+        await _bounded_gather([kube.ungate_pod(ns, n) for n in plan.ungate])
+        _released.add(attempt_key)
         kube.event_soon(job, "Normal", "GangReleased", f"all {len(plan.ungate)} pods created; scheduling gates lifted together", now)
     if plan.status:
         patch = dict(plan.status)

@@ -427,8 +427,9 @@ def plan_training(
             if not status.get("runningSince"):
                 new["runningSince"] = rfc3339(now)
             cond("Running", True, "AllWorkersRunning", f"{replicas} workers running on {len(set(nodes_of))} nodes")
-            if get_condition(conds, "Preempted") and get_condition(conds, "Preempted")["status"] == "True":
-                cond("Preempted", False, "Recovered", "gang running again")
+            pre = get_condition(conds, "Preempted")
+            if pre and pre["status"] == "True":
+                cond("Preempted", False, "Recovered", f"gang running again after: {pre.get('message', '')}")
             plan.events.append(("Normal", "Running", f"all {replicas} workers running in {placement.get('level') or 'pool'} {placement.get('domain') or placement.get('pool')}"))
     new["replicas"] = {
         "active": sum(1 for p in current if p.phase in ("Pending", "Running")),
