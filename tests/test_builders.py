@@ -373,3 +373,24 @@ def test_set_condition_sorted_truncated_and_no_generation():
     assert "observedGeneration" not in get_condition(out, "Zeta")
     assert get_condition(out, "Missing") is None
     assert set_condition(None, "A", True, "R", "m", NOW)[0]["type"] == "A"
+
+
+def test_serving_pods_wait_behind_the_admission_gate_and_release_narrows_affinity():
+    from kubeforge.builders.inference import build_deployment
+    from kubeforge.handlers.inference import _release_patch
+
+    svc = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
+           "metadata": {"name": "chat", "namespace": "ns", "uid": "u1"},
+           "spec": {"gpusPerReplica": 2, "port": 8000, "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}}}
+    dep = build_deployment(svc, replicas=1, node_selector={"matchLabels": {"pool": "h100"}}, pool="h100")
+    pod_spec = dep["spec"]["template"]["spec"]
+    assert pod_spec["schedulingGates"] == [{"name": "kubeforge.io/admission"}]
+    pod = {"metadata": {"annotations": {}}, "spec": {"affinity": pod_spec["affinity"]}}
+    ops = _release_patch(pod, "node-7")
+    base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields"
+    assert {"op": "add", "path": base, "value": [{"key": "metadata.name", "operator": "In", "values": ["node-7"]}]} in ops
+    assert {"op": "add", "path": "/metadata/annotations", "value": {"kubeforge.io/assigned-node": "node-7"}} in ops
+    assert ops[-1] == {"op": "remove", "path": "/spec/schedulingGates"}
+    # No affinity at all: one term is set (allowed while gated).
+    ops = _release_patch({"metadata": {"annotations": {"a": "b"}}, "spec": {}}, "n1")
+    assert ops[0]["path"] == "/spec/affinity" and ops[1]["path"] == "/metadata/annotations/kubeforge.io~1assigned-node"

@@ -20,6 +20,7 @@ RESTART_ATTEMPT = "kubeforge.io/restart-attempt"
 SERVICE_NAME = "kubeforge.io/inference-service"
 POOL_LABEL = "kubeforge.io/pool"
 GANG_GATE = "kubeforge.io/gang"
+ADMISSION_GATE = "kubeforge.io/admission"  # serving pods wait here until the admission loop picks their node
 ASSIGNED_NODE = "kubeforge.io/assigned-node"
 
 

@@ -3,7 +3,8 @@
 The Deployment's ``replicas`` belongs to the operator (the autoscaler's decision), never to
 the user's spec, so a GitOps tool that owns the InferenceService sees no drift. Each replica
 is one pod that requests ``gpusPerReplica`` GPUs of the pool's resource, so a multi-GPU
-replica always sits on one node; with ``topology.mode: Required`` the pods also get a node
+replica always sits on one node; pods are created behind the ``kubeforge.io/admission``
+scheduling gate and released one by one by the admission loop onto a node it chose; with ``topology.mode: Required`` the pods also get a node
 affinity for nodes that carry the chosen level's label (one NVLink domain per pod is then
 implied by the node, as every node belongs to exactly one domain of a level).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Sequence
 
-from kubeforge.builders.common import MANAGED_BY, MANAGER, POOL_LABEL, SERVICE_NAME, owner_reference
+from kubeforge.builders.common import ADMISSION_GATE, MANAGED_BY, MANAGER, POOL_LABEL, SERVICE_NAME, owner_reference
 
 GPU_CONTAINER_NAMES = ("vllm", "sglang", "server", "model-server", "triton")
 
@@ -83,6 +84,10 @@ def build_deployment(
     if aff:
         pod_spec["affinity"] = {**(pod_spec.get("affinity") or {}), "nodeAffinity": aff}
     pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
+    # Each replica waits behind our gate until the admission loop, which also places training
+    # gangs, gives it a node from the same GPU ledger: a serving pod never takes GPUs that were
+    # promised to a gang whose pods are still being created.
+    pod_spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
     labels = {**(tmd.get("labels") or {}), **service_labels(name)}
     if pool:
         labels[POOL_LABEL] = pool

@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from kubeforge import GROUP, VERSION
-from kubeforge.builders.common import JOB_NAME, RESTART_ATTEMPT, SERVICE_NAME
+from kubeforge.builders.common import ASSIGNED_NODE, JOB_NAME, RESTART_ATTEMPT, SERVICE_NAME
 from kubeforge.handlers.state import STATE
 
 TERMINAL = ("Succeeded", "Failed")
@@ -74,6 +74,7 @@ def slim_pod(body: Any) -> dict[str, Any]:
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
+            "affinity": _plain(spec.get("affinity")),
             "schedulingGates": _plain_list(spec.get("schedulingGates")),
             "containers": [{"name": c.get("name")} for c in spec.get("containers") or []],
         },
@@ -103,7 +104,9 @@ async def kf_gpu_pods(namespace: str, name: str, body: Any, spec: Any, status: A
     entries when a handler returns None, and a pod that just finished must drop out.
     """
     req = extended_requests(dict(spec))
-    node = (spec or {}).get("nodeName")
+    # A pod the admission loop released onto a node holds its GPUs there from that moment,
+    # before kube-scheduler binds it.
+    node = (spec or {}).get("nodeName") or (body.get("metadata", {}).get("annotations") or {}).get(ASSIGNED_NODE)
     if not req or not node or (status or {}).get("phase") in TERMINAL:
         return {}
     job = labels.get(JOB_NAME)
@@ -130,6 +133,8 @@ async def kf_service_pods(namespace: str, labels: Any, body: Any, **_: Any) -> d
     key = (namespace, labels[SERVICE_NAME])
     if STATE.services is not None:
         STATE.services.add(key)
+    if body.get("spec", {}).get("schedulingGates"):
+        STATE.wake_admission()  # a replica waits for the admission loop to give it a node
     return {key: slim_pod(body)}
 
 

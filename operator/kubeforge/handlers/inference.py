@@ -17,6 +17,7 @@ process; after a restart it is seeded from the current replica count, as the HPA
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -28,17 +29,100 @@ from kubeforge import GROUP, VERSION, metrics
 from kubeforge.api import spec_error
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
 from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, query_scalar, render_query
-from kubeforge.builders.common import get_condition, rfc3339, set_condition
+from kubeforge.builders.common import ADMISSION_GATE, ASSIGNED_NODE, POOL_LABEL, get_condition, rfc3339, set_condition
 from kubeforge.builders.inference import build_deployment, build_service
 from kubeforge.handlers import kube
 from kubeforge.handlers.pools import ledger, pool_view
 from kubeforge.handlers.state import STATE
+from kubeforge.placement import GangRequest, PendingGang, Placement, admit
 
 log = logging.getLogger("kubeforge.inference")
 PLURAL = "inferenceservices"
 _states: dict[tuple[str, str], AutoscalerState] = {}
 _last_decision: dict[tuple[str, str], tuple[float, int | None]] = {}  # key -> (time, generation)
 _http: httpx.AsyncClient | None = None
+
+
+def _release_patch(pod: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    """JSON patch that pins a gated serving pod to ``node`` and lifts our gate.
+
+    While a pod is gated its node affinity may only be narrowed (KEP-3838, GA in 1.30): we
+    add ``matchFields metadata.name In [node]`` to every existing nodeSelectorTerm, or set
+    one term when there is none, record the node in ``kubeforge.io/assigned-node`` (the GPU
+    ledger counts it from now on) and remove the scheduling gates.
+    """
+    field = [{"key": "metadata.name", "operator": "In", "values": [node]}]
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    terms = (((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+             .get("nodeSelectorTerms") or [])
+    ops: list[dict[str, Any]] = []
+    base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    if terms:
+        for i, term in enumerate(terms):
+            if term.get("matchFields"):
+                ops.append({"op": "add", "path": f"{base}/nodeSelectorTerms/{i}/matchFields/-", "value": field[0]})
+            else:
+                ops.append({"op": "add", "path": f"{base}/nodeSelectorTerms/{i}/matchFields", "value": field})
+    elif affinity.get("nodeAffinity"):
+        ops.append({"op": "add", "path": base, "value": {"nodeSelectorTerms": [{"matchFields": field}]}})
+    elif affinity:
+        ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
+                    "value": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": field}]}}})
+    else:
+        ops.append({"op": "add", "path": "/spec/affinity",
+                    "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": field}]}}}})
+    if (pod.get("metadata") or {}).get("annotations"):
+        ops.append({"op": "add", "path": "/metadata/annotations/kubeforge.io~1assigned-node", "value": node})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ASSIGNED_NODE: node}})
+    ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+    return ops
+
+
+async def admit_serving_pods(ledgers: dict[str, dict[str, int]], now: float) -> None:
+    """Give every gated serving pod a node from the GPU ledger, or leave it gated.
+
+    Runs inside the admission round (under its lock), after the training gangs, so serving
+    replicas and gangs draw on one ledger: none is ever promised GPUs another holds. A pod
+    that fits nowhere stays gated; the autoscaler's capacity cap keeps that rare.
+    """
+    waiting: dict[str, list[tuple[str, dict[str, Any], int]]] = {}
+    idx = STATE.index("kf_service_pods")
+    for key in list(idx.keys()):
+        svc = STATE.one("kf_services", key)
+        if svc is None:
+            continue
+        gpus = int((svc.get("spec") or {}).get("gpusPerReplica", 1))
+        for pod in STATE.many("kf_service_pods", key):
+            md = pod["metadata"]
+            gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+            if ADMISSION_GATE not in gates or md.get("deletionTimestamp"):
+                continue
+            pool = (md.get("labels") or {}).get(POOL_LABEL)
+            if pool:
+                waiting.setdefault(pool, []).append((f"{md['namespace']}/{md['name']}", pod, gpus))
+    for pool_name, pods in sorted(waiting.items()):
+        probe = STATE.one("kf_pools", pool_name)
+        if probe is None:
+            continue
+        res = (probe.get("spec") or {}).get("gpuResourceName") or "nvidia.com/gpu"
+        if res not in ledgers:
+            ledgers[res], _ = ledger(res)
+        view = pool_view(pool_name, ledgers[res])
+        if view is None:
+            continue
+        queue = [PendingGang(k, GangRequest(1, g, mode="None"), 0, 0.0) for k, _, g in sorted(pods, key=lambda x: x[0])]
+        by_key = {k: p for k, p, _ in pods}
+        releases = []
+        for d in admit(queue, view.nodes, view.levels):
+            if not isinstance(d.result, Placement):
+                continue
+            node = d.result.nodes[0]
+            for n, g in d.result.gpus_by_node.items():
+                ledgers[res][n] = ledgers[res].get(n, 0) + g
+            pod = by_key[d.key]
+            releases.append(kube.patch_pod_json(pod["metadata"]["namespace"], pod["metadata"]["name"], _release_patch(pod, node)))
+        await asyncio.gather(*releases)
 
 
 def policy_from_spec(spec: dict[str, Any]) -> AutoscalingPolicy:
@@ -155,7 +239,8 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
     q = await query_scalar(_http, a.get("prometheusURL") or "http://prometheus-operated.monitoring.svc:9090", query_for(spec, ns, name), timeout=2.0)
     state = _states.get(key) or AutoscalerState()
     pods = [p for p in STATE.many("kf_service_pods", key) if not p["metadata"].get("deletionTimestamp")]
-    bound = sum(1 for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed"))
+    bound = sum(1 for p in pods if (p["spec"].get("nodeName") or (p["metadata"].get("annotations") or {}).get(ASSIGNED_NODE))
+                and p["status"].get("phase") not in ("Succeeded", "Failed"))
     d = decide(policy, state, current, q.value, now,
                placeable(view, policy.gpus_per_replica, current, unplaced=max(0, current - bound)))
     _states[key] = d.state

@@ -122,6 +122,19 @@ async def delete(kind: str, namespace: str, name: str, grace_seconds: int | None
         raise
 
 
+async def patch_pod_json(namespace: str, name: str, ops: list[dict[str, Any]]) -> bool:
+    """Apply a JSON patch to a pod; False when the pod is gone (404) or the patch no longer
+    applies (422, e.g. its gate was lifted meanwhile), True when applied."""
+    try:
+        await _call_no_result(core().patch_namespaced_pod, name, namespace, ops)
+        return True
+    except ApiException as e:
+        if e.status in (404, 422):
+            log.info("pod %s/%s not patched: HTTP %s %s", namespace, name, e.status, e.reason)
+            return False
+        raise
+
+
 async def ungate_pod(namespace: str, name: str) -> None:
     """Remove a pod's scheduling gates. A pod already ungated (422: nothing to remove) or gone
     (404) is fine: lifting the gates is idempotent."""

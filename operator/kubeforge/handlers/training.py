@@ -95,8 +95,6 @@ async def admission_round(now: float) -> None:
         if _cached_spec_error(job):
             continue  # the reconcile reports it
         by_pool.setdefault(current_pool(job["spec"], status), []).append((key, job, status))
-    if not by_pool:
-        return
     ledgers: dict[str, dict[str, int]] = {}
     for pool_name, entries in sorted(by_pool.items()):
         probe = STATE.one("kf_pools", pool_name)
@@ -139,6 +137,10 @@ async def admission_round(now: float) -> None:
         # The decisions are final (the ledger above already holds them); their status writes go
         # out together, and all land before the next round reads the overlay.
         await _bounded_gather(writes)
+    # Serving replicas draw on the same ledger, after the gangs (which waited longer).
+    from kubeforge.handlers.inference import admit_serving_pods
+
+    await admit_serving_pods(ledgers, now)
 
 
 WRITE_CONCURRENCY = 16  # status writes / pod creates in flight at once from one loop
