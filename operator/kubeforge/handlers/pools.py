@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kubeforge import metrics
 from kubeforge.builders.common import set_condition
@@ -208,7 +208,3 @@ async def pool_status_loop() -> None:
         except Exception:
             log.exception("pool status loop")
         await asyncio.sleep(POOL_STATUS_INTERVAL)
-
-
-def known_pools() -> Iterable[str]:
-    return list(STATE.index("kf_pools").keys())

@@ -25,6 +25,7 @@ from kubeforge.api import spec_error
 from kubeforge.builders.common import get_condition, parse_time, set_condition
 from kubeforge.builders.training import build_pvc, build_service, build_worker_pod, pod_name
 from kubeforge.handlers import kube
+from kubeforge.handlers.inference import admit_serving_pods
 from kubeforge.handlers.pools import ledger, pool_view
 from kubeforge.handlers.state import STATE
 from kubeforge.lifecycle import NodeView, current_pool, plan_training, pod_view, restart_attempt
@@ -138,8 +139,6 @@ async def admission_round(now: float) -> None:
         # out together, and all land before the next round reads the overlay.
         await _bounded_gather(writes)
     # Serving replicas draw on the same ledger, after the gangs (which waited longer).
-    from kubeforge.handlers.inference import admit_serving_pods
-
     await admit_serving_pods(ledgers, now)
 
 
