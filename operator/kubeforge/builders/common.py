@@ -80,6 +80,15 @@ def set_condition(
     return out
 
 
+def conditions_equal(a: list[dict[str, Any]] | None, b: list[dict[str, Any]] | None) -> bool:
+    """Whether two conditions lists say the same, ignoring ``lastTransitionTime`` (which
+    :func:`set_condition` keeps or moves on its own): used to skip status writes that would
+    change nothing a reader cares about."""
+    def strip(cs):
+        return [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in cs or []]
+    return strip(a) == strip(b)
+
+
 def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
     """The condition of ``type_`` or None."""
     return next((c for c in (conditions or []) if c.get("type") == type_), None)

@@ -29,7 +29,9 @@ from kubeforge import GROUP, VERSION, metrics
 from kubeforge.api import spec_error
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
 from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, query_scalar, render_query
-from kubeforge.builders.common import ADMISSION_GATE, ASSIGNED_NODE, POOL_LABEL, get_condition, rfc3339, set_condition
+from kubeforge.builders.common import (
+    ADMISSION_GATE, ASSIGNED_NODE, POOL_LABEL, conditions_equal, get_condition, rfc3339, set_condition,
+)
 from kubeforge.builders.inference import build_deployment, build_service
 from kubeforge.handlers import kube
 from kubeforge.handlers.pools import ledger, pool_view
@@ -203,6 +205,13 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
             kube.event_soon(body, "Warning", reason, msg, now)
         return 30.0
 
+    # Decide once per polling interval (and at once when the spec changes); the pod events
+    # that also wake this reconcile must not make the autoscaler act on half-updated state, nor redo
+    # the ledger, the Service and the Deployment read for nothing.
+    last_t, last_gen = _last_decision.get(key, (None, None))
+    if last_t is not None and last_gen == gen and now - last_t < interval:
+        return interval - (now - last_t)
+    _last_decision[key] = (now, gen)
     res = (STATE.one("kf_pools", pool_name).get("spec") or {}).get("gpuResourceName") or "nvidia.com/gpu"
     per_node, _ = ledger(res)
     view = pool_view(pool_name, per_node)
@@ -227,12 +236,6 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
     current = int((dep_d.get("spec") or {}).get("replicas") or 0)
     dep_st = dep_d.get("status") or {}
 
-    # Decide once per polling interval (and at once when the spec changes); the pod events
-    # that also wake this reconcile must not make the autoscaler act on half-updated state.
-    last_t, last_gen = _last_decision.get(key, (None, None))
-    if last_t is not None and last_gen == gen and now - last_t < interval:
-        return interval - (now - last_t)
-    _last_decision[key] = (now, gen)
     a = spec.get("autoscaling") or {}
     if _http is None:
         _http = httpx.AsyncClient()
@@ -285,8 +288,7 @@ async def reconcile_service(key: tuple[str, str]) -> float | None:
 def _changed(old: dict[str, Any], patch: dict[str, Any]) -> bool:
     for k, v in patch.items():
         if k == "conditions":
-            strip = lambda cs: [{x: y for x, y in c.items() if x != "lastTransitionTime"} for c in cs or []]
-            if strip(v) != strip(old.get("conditions")):
+            if not conditions_equal(v, old.get("conditions")):
                 return True
         elif k == "lastMetricTime":
             continue  # moves every poll; written along with anything else that changed

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeforge import metrics
-from kubeforge.builders.common import set_condition
+from kubeforge.builders.common import conditions_equal, set_condition
 from kubeforge.handlers import kube
 from kubeforge.handlers.state import STATE
 from kubeforge.placement import (
@@ -159,11 +159,8 @@ def pool_status(view: PoolView, per_job: dict[tuple[str, str], int], now: float)
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Status equality ignoring condition timestamps."""
-    def strip(s):
-        s = dict(s)
-        s["conditions"] = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in s.get("conditions") or []]
-        return s
-    return strip(a) == strip(b)
+    rest = lambda s: {k: v for k, v in s.items() if k != "conditions"}  # noqa: E731
+    return rest(a) == rest(b) and conditions_equal(a.get("conditions"), b.get("conditions"))
 
 
 async def pool_status_loop() -> None:
