@@ -41,8 +41,22 @@ crds: setup
 check-crds: setup
 	$(BIN)/kubeforge crds --check
 
+.PHONY: bench-training-burst bench-memory
+
+# BENCH_ARGS passes extra flags to a bench, e.g. make bench-training BENCH_ARGS="--cluster my-bench".
+BENCH_ARGS ?=
+
 bench-training: setup tools
-	$(BIN)/python e2e/bench_training.py
+	$(BIN)/python e2e/bench_training.py $(BENCH_ARGS)
+
+# The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kubeforge phase only).
+bench-training-burst: setup tools
+	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases kubeforge \
+		--submit-workers 16 --phase-timeout 480 --settle 30 $(BENCH_ARGS)
+
+# 5,000 TrainingJobs / 20,000 pods: operator RSS as they grow, against an idle operator.
+bench-memory: setup tools
+	$(BIN)/python e2e/bench_memory.py $(BENCH_ARGS)
 
 bench-autoscaling: setup tools system-deps
-	$(BIN)/python e2e/bench_autoscaling.py
+	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
