@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_training import (  # noqa: E402
     GROUP, JOB_LABEL, POOL, ROOT, VERSION, Abort, RssSampler, alive, apply_fleet, component_pid, cpu_seconds,
-    describe_source, fleet_capacity, log_digest, make_namespace, open_api, operator_env, pct, rss_mib, wait_until,
+    SRC, describe_source, fleet_capacity, log_digest, make_namespace, open_api, pct, rss_mib, wait_until,
     watch_raw,
 )
 from kubeforge.demo import start_operator, stop_operator  # noqa: E402
@@ -141,7 +141,8 @@ def main() -> int:
                     help="end a step when no pod was created or bound and no job admitted for this long")
     ap.add_argument("--idle-seconds", type=float, default=20, help="sampling of the idle operator")
     ap.add_argument("--operator-src", default=os.environ.get("KUBEFORGE_OPERATOR_SRC"),
-                    help="run the operator (and apply the CRDs) from this source tree instead of the working tree")
+                    help="drive the kubeforge code (operator, CRDs, sim) of this source tree instead of the working "
+                         "tree, e.g. an export of a commit: git archive HEAD operator crds hack | tar -x -C DIR")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args()
     if min(args.jobs, args.step, args.replicas, args.gpus_per_replica, args.submit_workers) < 1:
@@ -160,7 +161,7 @@ def main() -> int:
     print(f"steps of {args.step} jobs, each a burst from {args.submit_workers} threads; a step ends when every pod so far "
           f"is bound, after {args.settle:.0f}s without progress, or at {args.step_timeout:.0f}s; "
           f"cluster {args.cluster}; machine: {os.cpu_count()} CPUs")
-    print(f"operator: {describe_source(args.operator_src)}")
+    print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
 
     from kubernetes import client
@@ -184,8 +185,7 @@ def main() -> int:
         c.up(None, log=say)
         api = open_api(c, max(32, args.submit_workers * 2))
         nodes = apply_fleet(c, api, fleet, ready_timeout=600)
-        crds = Path(args.operator_src) / "crds" if args.operator_src else ROOT / "crds"
-        c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+        c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(SRC / "crds"))
         c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         say(f"cluster up with {len(nodes)} nodes in {time.monotonic() - t:.0f}s")
         core = client.CoreV1Api(api)
@@ -208,7 +208,7 @@ def main() -> int:
         api_before, etcd_before = rss_mib(api_pid), rss_mib(etcd_pid)
 
         log_offset = op_log.stat().st_size if op_log.exists() else 0
-        pid = start_operator(c, operator_env(args.operator_src))
+        pid = start_operator(c)
         say(f"operator started (pid {pid}, log {op_log})")
 
         def pool_ready() -> bool:

@@ -53,7 +53,25 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+
+
+def _operator_src_arg() -> str | None:
+    """``--operator-src`` (or ``$KUBEFORGE_OPERATOR_SRC``), read before the imports below need it."""
+    argv = sys.argv[1:]
+    for i, a in enumerate(argv):
+        if a == "--operator-src" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--operator-src="):
+            return a.split("=", 1)[1]
+    return os.environ.get("KUBEFORGE_OPERATOR_SRC")
+
+
+# The kubeforge code this bench drives (sim, provisioner, operator, CRDs): the working tree, or
+# a snapshot given with --operator-src, for this process and, through PYTHONPATH, its children.
+SRC = Path(_operator_src_arg() or ROOT).resolve()
+sys.path.insert(0, str(SRC / "operator"))
+if SRC != ROOT:
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC / "operator"), os.environ.get("PYTHONPATH")) if p)
 
 import yaml  # noqa: E402
 
@@ -382,19 +400,14 @@ def component_pid(c: Cluster, component: str) -> int | None:
     return None
 
 
-def operator_env(src: str | None) -> dict[str, str]:
-    """Environment for ``start_operator``: with ``src`` (a checkout or an export of one, holding
-    ``operator/`` and ``crds/``), the operator process imports kubeforge from there."""
-    return {"PYTHONPATH": str(Path(src).resolve() / "operator")} if src else {}
-
-
-def describe_source(src: str | None) -> str:
-    """Where the operator's code comes from: the working tree's commit (and whether it has edits),
-    or the ``--operator-src`` directory."""
+def describe_source() -> str:
+    """Where the kubeforge code comes from: the working tree's commit (and whether it has edits
+    under operator/), or the ``--operator-src`` directory (and its ``SOURCE`` file, if any)."""
     import subprocess
 
-    if src:
-        return f"{Path(src).resolve()} (--operator-src)"
+    if SRC != ROOT:
+        note = (SRC / "SOURCE").read_text().strip() if (SRC / "SOURCE").exists() else ""
+        return f"{SRC} (--operator-src{': ' + note if note else ''})"
     try:
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10).stdout.strip()
@@ -954,8 +967,8 @@ def main() -> int:
     ap.add_argument("--delete-timeout", type=float, default=None,
                     help="bound on deleting a phase's namespace (default: 120 s, or 1 s per 10 pods if more)")
     ap.add_argument("--operator-src", default=os.environ.get("KUBEFORGE_OPERATOR_SRC"),
-                    help="run the operator (and apply the CRDs) from this source tree instead of the working tree, "
-                         "e.g. an export of a commit: git archive HEAD operator crds | tar -x -C DIR")
+                    help="drive the kubeforge code (operator, CRDs, sim) of this source tree instead of the working "
+                         "tree, e.g. an export of a commit: git archive HEAD operator crds hack | tar -x -C DIR")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -967,9 +980,7 @@ def main() -> int:
     trace = Path(args.trace)
     if not trace.exists():
         ap.error(f"--trace {trace} not found (set --trace or $KUBEFORGE_TRACES)")
-    crds = Path(args.operator_src) / "crds" if args.operator_src else ROOT / "crds"
-    if args.operator_src and not (Path(args.operator_src) / "operator" / "kubeforge").is_dir():
-        ap.error(f"--operator-src {args.operator_src} has no operator/kubeforge")
+    crds = SRC / "crds"
 
     t_start = time.monotonic()
     fleet = load_fleet(args.fleet)
@@ -997,7 +1008,7 @@ def main() -> int:
           + f"; per phase: at most {args.phase_timeout:.0f}s, ends {args.settle:.0f}s after the last "
           + ("admission (kubeforge, --admission-only) / bind" if args.admission_only else "bind")
           + f"; submit with {args.submit_workers} threads; cluster {args.cluster}; machine: {os.cpu_count()} CPUs")
-    print(f"operator: {describe_source(args.operator_src)}")
+    print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
 
     from kubernetes import client
@@ -1041,7 +1052,7 @@ def main() -> int:
                 }))
                 op_log_offset = op_log.stat().st_size if op_log.exists() else 0
                 t = time.monotonic()
-                pid = start_operator(c, operator_env(args.operator_src))
+                pid = start_operator(c)
                 say(f"operator started (pid {pid}, log {op_log})")
 
                 def pool_ready() -> bool:
