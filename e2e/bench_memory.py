@@ -160,7 +160,7 @@ def main() -> int:
           f"topology None, checkpoint.existingClaimName {CLAIM} (one PVC shared by every job: no per-job PVC/PV)")
     print(f"steps of {args.step} jobs, each a burst from {args.submit_workers} threads; a step ends when every pod so far "
           f"is bound, after {args.settle:.0f}s without progress, or at {args.step_timeout:.0f}s; "
-          f"cluster {args.cluster}; machine: {os.cpu_count()} CPUs")
+          f"cluster {args.cluster}; machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
     print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
 
@@ -330,7 +330,8 @@ def main() -> int:
         print(f"  note: {n}")
     if error:
         print(f"  stopped early: {error}")
-    print(f"\ntotal run {time.monotonic() - t_start:.0f}s")
+    print(f"\ntotal run {time.monotonic() - t_start:.0f}s, load average (1/5/15 min) at the end "
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 1 if error else 0
 
 

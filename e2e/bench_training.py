@@ -543,7 +543,7 @@ def who_writes(verb: str, group: str, resource: str, sub: str, pods_by: str) -> 
 
 WHO_NOTE = {
     "operator": "the operator (pods, trainingjobs/status, gpupools/status, services, persistentvolumeclaims)",
-    "events": "core/v1 events: the operator's (kopf) and controller-manager's",
+    "events": "core/v1 events: the operator's, and other components' (the baseline, without operator, shows their share)",
     "bench": "the bench itself (trainingjobs POST; plain pods in the baseline)",
     "kwok": "kwok: pods/status (also kube-scheduler's PodScheduled=False), node heartbeats, node leases",
     "kube-scheduler": "kube-scheduler: pods/binding, events.k8s.io events",
@@ -1007,7 +1007,8 @@ def main() -> int:
           + (f" at {args.topology_level}" if args.topology_mode != "None" else "")
           + f"; per phase: at most {args.phase_timeout:.0f}s, ends {args.settle:.0f}s after the last "
           + ("admission (kubeforge, --admission-only) / bind" if args.admission_only else "bind")
-          + f"; submit with {args.submit_workers} threads; cluster {args.cluster}; machine: {os.cpu_count()} CPUs")
+          + f"; submit with {args.submit_workers} threads; cluster {args.cluster}; machine: {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
 
@@ -1134,7 +1135,8 @@ def main() -> int:
         print(f"\nstopped early: {extra['error']}")
         for ln in extra.get("log_samples") or []:
             print(f"    | {ln[:220]}")
-    print(f"\ntotal run {time.monotonic() - t_start:.0f}s; {CREDIT}")
+    print(f"\ntotal run {time.monotonic() - t_start:.0f}s, load average (1/5/15 min) at the end "
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}; {CREDIT}")
     return 1 if extra.get("error") else 0
 
 
