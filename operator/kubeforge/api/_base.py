@@ -26,6 +26,9 @@ QUANTITY_PATTERN = (
 )
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
+# A DNS-1035 label (Service names): lower case alphanumerics and '-', starting with a letter.
+DNS_1035_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 MAX_NAME_LENGTH = 253
 MAX_LABEL_LENGTH = 63
 MAX_LABEL_KEY_LENGTH = 317
@@ -86,3 +89,40 @@ def schema_default(model: type[KubeModel]) -> dict[str, Any]:
     the fully written default passes, and `kubectl explain` shows it.
     """
     return {"default": _prune_empty(model().to_dict())}
+
+
+_NAME_FORMS = {
+    "DNS-1035 label": (DNS_1035_PATTERN, "lower case letters, digits and '-', starting with a "
+                       "letter and ending with a letter or digit"),
+    "DNS subdomain": (DNS_SUBDOMAIN_PATTERN, "lower case letters, digits, '-' and '.'"),
+}
+
+
+def name_rules(kind: str, max_length: int, why: str, form: str = "DNS-1035 label") -> list[dict[str, str]]:
+    """CEL rules on ``metadata.name`` for the root of a CRD schema (the only metadata CEL may
+    read): a name of the given ``form`` (``"DNS-1035 label"`` or ``"DNS subdomain"``) of at
+    most ``max_length`` characters, so that every name the operator derives from it
+    (hostnames, Services, label values) is valid and the API server refuses the object up
+    front instead of the operator failing later."""
+    pattern, words = _NAME_FORMS[form]
+    cel_pattern = pattern.replace("\\", "\\\\")  # a backslash inside a CEL string literal
+    return [
+        {
+            "rule": f"self.metadata.name.matches('{cel_pattern}')",
+            "message": f"metadata.name of a {kind} must be a {form}: {words} ({why})",
+        },
+        {
+            "rule": f"size(self.metadata.name) <= {max_length}",
+            "message": f"metadata.name of a {kind} must be at most {max_length} characters ({why})",
+        },
+    ]
+
+
+def name_error(kind: str, name: str, max_length: int, form: str = "DNS-1035 label") -> str | None:
+    """The same check as :func:`name_rules`, for objects made before the rules existed:
+    None when ``name`` is fine, else a message."""
+    if not re.match(_NAME_FORMS[form][0], name or ""):
+        return f"metadata.name {name!r} of a {kind} is not a {form}"
+    if len(name or "") > max_length:
+        return f"metadata.name {name!r} of a {kind} is longer than {max_length} characters"
+    return None

@@ -10,9 +10,10 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ._base import (
+    DNS_LABEL_PATTERN,
     LABEL_KEY_PATTERN,
     MAX_LABEL_KEY_LENGTH,
     MAX_LABEL_LENGTH,
@@ -235,9 +236,42 @@ class Toleration(KubeModel):
         return self
 
 
+_CONTAINERS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": 64,
+    "description": "containers of the pod; at least one, each with a name and an image.",
+    "items": {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "required": ["image", "name"],
+        "description": "A core/v1 Container; see `kubectl explain pod.spec.containers`.",
+        "properties": {
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_LABEL_LENGTH,
+                "pattern": DNS_LABEL_PATTERN,
+                "description": "name of the container, a DNS label. The GPUs go to the "
+                "container named trainer or pytorch (vllm, sglang, server, model-server or "
+                "triton for an InferenceService), else the first.",
+            },
+            "image": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4096,
+                "description": "image of the container, e.g. nvcr.io/nvidia/pytorch:24.05-py3.",
+            },
+        },
+    },
+}
+
+
 class PodTemplate(KubeModel):
     """PodTemplate is a core/v1 PodTemplateSpec, kept as free-form data (its schema is
-    Kubernetes' own, checked when the operator creates the pods)."""
+    Kubernetes' own, checked when the operator creates the pods), except that it must have at
+    least one container and every container a name and an image: a pod that could never be
+    created is refused up front, not discovered after GPUs were reserved for it."""
 
     model_config = ConfigDict(
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
@@ -250,13 +284,29 @@ class PodTemplate(KubeModel):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     spec: dict[str, Any] = Field(
-        default_factory=dict,
         description="spec is the core/v1 PodSpec of every pod: containers (image, command, "
         "args, env, volumeMounts), volumes, serviceAccountName, and so on. The operator adds "
         "GPU requests and limits, node affinity, the pool's tolerations and the volumes it "
         "manages. See `kubectl explain pod.spec`.",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "required": ["containers"],
+            "properties": {"containers": _CONTAINERS_SCHEMA},
+        },
     )
+
+    @field_validator("spec")
+    @classmethod
+    def _has_containers(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise ValueError("template.spec.containers must list at least one container")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or not c.get("name") or not isinstance(c.get("name"), str):
+                raise ValueError(f"template.spec.containers[{i}] needs a name")
+            if not c.get("image") or not isinstance(c.get("image"), str):
+                raise ValueError(f"template.spec.containers[{i}] ({c.get('name')}) needs an image")
+        return spec
 
 
 def conditions_field(types: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, ClassVar, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from .. import API_VERSION
 from ._base import (
@@ -15,6 +15,7 @@ from ._base import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
     KubeModel,
+    name_rules,
     schema_default,
 )
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
@@ -147,22 +148,30 @@ class NodeCounts(KubeModel):
 
 
 class GPUCounts(KubeModel):
-    """GPUCounts counts GPUs."""
+    """GPUCounts counts GPUs; allocated + free = allocatable."""
 
     capacity: int = Field(
-        default=0, ge=0, description="capacity is the GPUs the nodes have (node capacity)."
+        default=0, ge=0, description="capacity is the GPUs the nodes have (node capacity), "
+        "usable or not."
     )
     allocatable: int = Field(
         default=0,
         ge=0,
-        description="allocatable is the GPUs that pods can use on Ready, schedulable nodes.",
+        description="allocatable is the GPUs pods can be given: the allocatable GPUs of nodes "
+        "that are Ready, schedulable (not cordoned, no taint the pool does not tolerate) and "
+        "not about to be reclaimed.",
     )
     allocated: int = Field(
-        default=0, ge=0, description="allocated is the GPUs requested by pods bound to the "
-        "nodes."
+        default=0, ge=0, description="allocated is the GPUs held on those nodes: by admitted "
+        "jobs (from admission, before their pods exist) and by every other pod bound there."
     )
     free: int = Field(
-        default=0, ge=0, description="free is allocatable minus allocated (never negative)."
+        default=0, ge=0, description="free is allocatable minus allocated: GPUs new work can "
+        "get now."
+    )
+    unavailable: int = Field(
+        default=0, ge=0, description="unavailable is the allocatable GPUs of nodes that are "
+        "not usable (NotReady, cordoned, tainted, being reclaimed); not part of allocatable."
     )
 
 
@@ -189,7 +198,8 @@ class PoolWorkload(KubeModel):
 
     kind: str = Field(
         max_length=MAX_LABEL_LENGTH,
-        description="kind of the workload: TrainingJob or InferenceService.",
+        description="kind of the workload: TrainingJob, InferenceService, or Pod for a pod of "
+        "neither that holds GPUs on the pool's nodes.",
     )
     namespace: str = Field(
         max_length=MAX_LABEL_LENGTH, description="namespace of the workload."
@@ -244,6 +254,11 @@ class GPUPoolStatus(KubeModel):
 class GPUPool(KubeModel):
     """GPUPool is a named set of GPU nodes: how to select them, their interconnect topology,
     spot or on-demand capacity, and the GPUs free in each topology domain."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": name_rules(
+        "GPUPool", MAX_LABEL_LENGTH, "it is the kubeforge.io/pool label value on the pods placed in it",
+        form="DNS subdomain",
+    )})
 
     KIND: ClassVar[str] = "GPUPool"
     PLURAL: ClassVar[str] = "gpupools"

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .. import API_VERSION
-from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, schema_default
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, name_rules, schema_default
 from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
@@ -53,13 +53,17 @@ class ScaleUpRules(KubeModel):
         "recommendation of this window, so short spikes do not add replicas (0 reacts at once).",
     )
     max_step: int = Field(
-        default=4,
+        default=1,
         ge=1,
         le=1000,
-        description="maxStep is the most replicas added in one periodSeconds.",
+        description="maxStep is the most replicas added in one periodSeconds (the Kubernetes "
+        "HPA's Pods scale-up policy). The default, 1 per 10 s, paces the ramp to how long a "
+        "GPU replica takes to start: replicas asked for a burst that drains before they are "
+        "Ready only cost money. A queue above 8 times what the current replicas carry at "
+        "targetPerReplica lifts the limit (panic mode, after Knative's).",
     )
     period_seconds: int = Field(
-        default=15,
+        default=10,
         ge=1,
         le=1800,
         description="periodSeconds is the period that maxStep applies to.",
@@ -70,11 +74,13 @@ class ScaleDownRules(KubeModel):
     """ScaleDownRules limit how fast replicas are removed."""
 
     stabilization_window_seconds: int = Field(
-        default=60,
+        default=300,
         ge=0,
         le=3600,
         description="stabilizationWindowSeconds: the service scales down to the highest "
-        "recommendation of this window, so a short lull does not remove replicas.",
+        "recommendation of this window, so a short lull does not remove replicas. The "
+        "default, 300, is the Kubernetes HPA's: bursts that recur within 5 minutes find the "
+        "replicas still there instead of scaling down and back up.",
     )
     max_step: int = Field(
         default=1,
@@ -111,19 +117,22 @@ class Autoscaling(KubeModel):
         min_length=1,
         max_length=2048,
         pattern=r"^https?://",
-        description="prometheusURL is the base URL of the Prometheus HTTP API to query.",
+        description="prometheusURL is the base URL of the Prometheus HTTP API to query. The "
+        "operator may restrict it to a list of allowed prefixes (chart value "
+        "prometheus.allowedURLs); a failed query is reported by status code and a fixed "
+        "message, never with the response's content.",
     )
     metric: Metric = Field(
         default=Metric.VLLM_WAITING,
-        description="metric is VLLMWaiting (mean of vllm:num_requests_waiting over the "
-        "service's pods), SGLangQueue (mean of sglang:num_queue_reqs) or Custom (query).",
+        description="metric is VLLMWaiting (sum of vllm:num_requests_waiting over the "
+        "service's pods), SGLangQueue (sum of sglang:num_queue_reqs) or Custom (query).",
     )
     query: Optional[str] = Field(
         default=None,
         max_length=4096,
         description="query is a PromQL expression returning one number: the queue length of "
         "the whole service. Required when metric is Custom, ignored otherwise. The "
-        "placeholders {{namespace}} and {{name}} are replaced by the service's.",
+        "placeholders {namespace} and {name} are replaced by the service's namespace and name.",
     )
     target_per_replica: float = Field(
         default=4.0,
@@ -290,6 +299,11 @@ class InferenceServiceStatus(KubeModel):
 class InferenceService(KubeModel):
     """InferenceService runs model-server replicas on GPUs behind one Service, scaled between
     minReplicas and maxReplicas (down to zero if allowed) on the depth of the request queue."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": name_rules(
+        "InferenceService", MAX_LABEL_LENGTH,
+        "it names the Service and Deployment and is a label value on every replica"
+    )})
 
     KIND: ClassVar[str] = "InferenceService"
     PLURAL: ClassVar[str] = "inferenceservices"

@@ -54,12 +54,13 @@ def parse_resource(body: Mapping[str, Any]) -> Resource:
     return parse_as(model, body)  # type: ignore[return-value]
 
 
-def describe_validation_error(error: ValidationError) -> str:
+def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
     """Returns the errors of a ValidationError on one line: ``spec.replicas: Input should
-    be greater than or equal to 1; ...`` (for events and condition messages)."""
+    be greater than or equal to 1; ...`` (for events and condition messages). ``prefix`` is
+    put before every location (``"spec"`` when a spec was validated alone)."""
     parts = []
     for item in error.errors(include_url=False):
-        loc = ".".join(str(p) for p in item["loc"])
+        loc = ".".join(str(p) for p in ([prefix] if prefix else []) + list(item["loc"]))
         parts.append(f"{loc}: {item['msg']}" if loc else item["msg"])
     return "; ".join(parts)
 

@@ -14,12 +14,17 @@ from ._base import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
     KubeModel,
+    name_rules,
     schema_default,
 )
 from ._core import Condition, ObjectMeta, PodTemplate, Quantity, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
 NodeName = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
+
+MAX_JOB_NAME_LENGTH = 51
+"""A worker's hostname is ``<job>-worker-<rank>`` with rank < 1024: 51 + 12 = 63, the DNS
+label limit."""
 
 
 class TrainingTopology(KubeModel):
@@ -175,7 +180,24 @@ class FailurePolicy(KubeModel):
         ge=0,
         le=100,
         description="preemptionsBeforeFallback is how many preemptions in a pool move the job "
-        "to the next pool in pools (0 moves it at the first preemption).",
+        "to the next pool in pools (0 and 1 both move it at the first preemption).",
+    )
+    max_preemptions: int = Field(
+        default=100,
+        ge=0,
+        le=100000,
+        description="maxPreemptions is how many preemptions the job survives, restarting from "
+        "its last checkpoint each time; at the next one it is Failed with reason "
+        "PreemptionLimitExceeded. Counted apart from maxRestarts.",
+    )
+    max_startup_retries: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description="maxStartupRetries is how many times a gang that failed to start (not every "
+        "worker Running within startupTimeoutSeconds, a placement lost to another pod, a worker "
+        "Pod or volume claim the API server refused) is requeued, after backoffSeconds doubling "
+        "each time, before the job is Failed with reason StartupRetryLimitExceeded.",
     )
 
     @model_validator(mode="after")
@@ -235,6 +257,25 @@ class TrainingJobSpec(KubeModel):
         description="suspend stops the job's pods (keeping its checkpoints) while true; "
         "setting it back to false resumes the job.",
     )
+    startup_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="startupTimeoutSeconds is how long, from admission, every worker has to be "
+        "Running (Kueue's waitForPodsReady). A gang that does not start in time (an image that "
+        "cannot be pulled, a volume that never binds, a constraint no node meets) is stopped, its "
+        "GPUs are released, the reason taken from the pods is reported in the Admitted condition, "
+        "and it is requeued (see failurePolicy.maxStartupRetries).",
+    )
+    fallback_after_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=604800,
+        description="fallbackAfterSeconds is how long a job waits for room in its pool before "
+        "the next pool of pools is tried as well, and so on down the list (0 tries every pool "
+        "at once, as Kueue tries its flavors). Preemptions move a job down the list too, see "
+        "failurePolicy.preemptionsBeforeFallback.",
+    )
 
     _check_pools = field_validator("pools")(check_unique_pools)
 
@@ -276,6 +317,18 @@ class Placement(KubeModel):
         max_length=4096,
         description="reason explains the choice, or why the job cannot be placed yet.",
     )
+    admitted_at: Optional[datetime] = Field(
+        default=None,
+        description="admittedAt is when this placement was made; startupTimeoutSeconds counts "
+        "from it.",
+    )
+    spec_hash: Optional[str] = Field(
+        default=None,
+        max_length=64,
+        description="specHash identifies the replicas, gpusPerReplica, topology, pools and "
+        "template this placement was made for; when the spec no longer matches it, the gang "
+        "is restarted as a new attempt with the new spec (reason SpecChanged).",
+    )
 
 
 class RestartCounts(KubeModel):
@@ -288,7 +341,14 @@ class RestartCounts(KubeModel):
         default=0,
         ge=0,
         description="preemptions is the number of restarts after preemption (spot reclaim, "
-        "drain, eviction); they do not count against maxRestarts.",
+        "drain, eviction, a higher-priority job); they do not count against maxRestarts.",
+    )
+    startup_failures: int = Field(
+        default=0,
+        ge=0,
+        description="startupFailures is the number of times the gang failed to start: startup "
+        "timeouts, placements lost to other pods, creates the API server refused. Counted "
+        "against failurePolicy.maxStartupRetries.",
     )
 
 
@@ -333,7 +393,7 @@ class TrainingJobStatus(KubeModel):
         "or Suspended.",
     )
     conditions: list[Condition] = conditions_field(
-        "Admitted, Running, Preempted, Succeeded, Failed, Suspended"
+        "Admitted, Ready, Running, Preempted, Succeeded, Failed, Suspended"
     )
     placement: Optional[Placement] = Field(
         default=None, description="placement is where the replicas run."
@@ -366,8 +426,8 @@ class TrainingJobStatus(KubeModel):
         default=0,
         ge=0,
         description="attempt is the gang's current run: 0 first, +1 every time the whole gang is "
-        "stopped (failure, preemption, suspend). Pods carry it in the "
-        "kubeforge.io/restart-attempt label; pods of an older attempt never count.",
+        "stopped (failure, preemption, suspend, startup failure, spec change). Pods carry it in "
+        "the kubeforge.io/restart-attempt label; pods of an older attempt never count.",
     )
     running_since: Optional[datetime] = Field(
         default=None,
@@ -385,6 +445,11 @@ class TrainingJob(KubeModel):
     """TrainingJob runs a gang of worker pods for one distributed training program, placed
     inside the fastest interconnect domain that fits, restarted from its last checkpoint after
     failures and preemptions."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": name_rules(
+        "TrainingJob", MAX_JOB_NAME_LENGTH,
+        "it names the workers' hostnames <name>-worker-<rank>, at most 63 characters"
+    )})
 
     KIND: ClassVar[str] = "TrainingJob"
     PLURAL: ClassVar[str] = "trainingjobs"

@@ -7,10 +7,13 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from ._base import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH
+from ._base import DNS_SUBDOMAIN_PATTERN, MAX_LABEL_LENGTH
+
+MAX_POOL_NAME_LENGTH = MAX_LABEL_LENGTH
+"""GPUPool names are label values (``kubeforge.io/pool``) on the pods placed in the pool."""
 
 PoolName = Annotated[
-    str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)
+    str, Field(min_length=1, max_length=MAX_POOL_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)
 ]
 
 

@@ -1,0 +1,38 @@
+"""kubeforge.objects: the pure vocabulary every layer shares.
+
+One node model (:class:`Node`) with the one interruption predicate
+(:func:`interruption_reason`), one pod model (:class:`Pod`) with the one definition of a
+terminal pod (:func:`is_terminal`) and the scheduler's request rule (:func:`pod_requests`),
+records of kubeforge's own objects with their specs parsed once into the API models
+(:class:`Record`), and the one definition of a job's current attempt
+(:func:`current_attempt`). No I/O, no clock.
+"""
+
+from kubeforge.objects._labels import (
+    ADMISSION_GATE, ASSIGNED_NODE, GANG_GATE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL,
+    REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, WORKER_ROLE,
+)
+from kubeforge.objects._node import (
+    BLOCKING_EFFECTS, DEFAULT_NOT_READY_GRACE, INTERRUPTION_TAINT_PREFIXES, Node, Taint,
+    interruption_reason, is_interrupted, node_from_k8s, not_ready_wait, parse_quantity_count, tolerates,
+)
+from kubeforge.objects._pod import (
+    MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, is_terminal, main_container,
+    pod_from_k8s, pod_requests,
+)
+from kubeforge.objects._records import (
+    DeploymentState, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,
+    condition_time, current_attempt, deployment_from_k8s, parse_spec, placement_of, record_from_k8s, status_time,
+)
+
+__all__ = [
+    "ADMISSION_GATE", "ASSIGNED_NODE", "BLOCKING_EFFECTS", "DEFAULT_NOT_READY_GRACE", "GANG_GATE",
+    "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",
+    "POOL_LABEL", "REPLICA_INDEX", "RESTART_ATTEMPT", "ROLE_LABEL", "SERVICE_NAME",
+    "STUCK_WAITING_REASONS", "TEMPLATE_HASH", "TERMINAL_PHASES", "WORKER_ROLE",
+    "DeploymentState", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
+    "TrainingJobRecord", "condition", "condition_time", "current_attempt", "interruption_reason",
+    "is_interrupted", "is_terminal", "main_container", "node_from_k8s", "not_ready_wait",
+    "parse_quantity_count", "parse_spec", "placement_of", "pod_from_k8s", "pod_requests",
+    "record_from_k8s", "status_time", "tolerates",
+]

@@ -1,0 +1,28 @@
+"""Label, annotation and scheduling-gate names kubeforge puts on the objects it makes.
+
+Our own prefix ``kubeforge.io/``, in the shapes JobSet and Kubeflow use
+(``jobset.sigs.k8s.io/job-index``, ``training.kubeflow.org/replica-index``).
+"""
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "kubeforge"
+JOB_NAME = "kubeforge.io/job-name"
+REPLICA_INDEX = "kubeforge.io/replica-index"
+RESTART_ATTEMPT = "kubeforge.io/restart-attempt"
+SERVICE_NAME = "kubeforge.io/inference-service"
+POOL_LABEL = "kubeforge.io/pool"
+ROLE_LABEL = "kubeforge.io/role"
+WORKER_ROLE = "worker"
+ADMISSION_GATE = "kubeforge.io/admission"
+"""Scheduling gate on InferenceService replicas: the admission round lifts it once it has
+given the replica a node from the GPU ledger."""
+ASSIGNED_NODE = "kubeforge.io/assigned-node"
+"""Annotation: the node kubeforge chose for a pod; the ledger counts the pod's GPUs there
+from the moment the pod exists, before kube-scheduler binds it."""
+TEMPLATE_HASH = "kubeforge.io/template-hash"
+"""Annotation on a Deployment: hash of the pod template kubeforge last wrote, so a spec edit
+is rolled out once and nothing else is rewritten."""
+GANG_GATE = "kubeforge.io/gang"
+"""Scheduling gate of TrainingJob workers made by kubeforge 0.1 (created gated, ungated
+together). Workers are now created already placed and ungated; a worker still carrying this
+gate (made before an upgrade) has it lifted."""

@@ -1,0 +1,189 @@
+"""One node model for the whole operator, and the one interruption predicate.
+
+Placement (free GPUs, schedulability), the lifecycle (is this node going away?) and the pool
+status all read :class:`Node`; nothing else parses a Kubernetes Node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+INTERRUPTION_TAINT_PREFIXES: tuple[str, ...] = (
+    "aws-node-termination-handler/",
+    "karpenter.sh/disrupted",
+    "cloud.google.com/impending-node-termination",
+    "node.kubernetes.io/out-of-service",
+)
+"""Taint key prefixes that mean the node is being reclaimed or shut down: AWS Node
+Termination Handler (``aws-node-termination-handler/spot-itn``, ``.../rebalance-recommendation``
+...), Karpenter disruption, GKE's impending termination, and the upstream out-of-service
+taint (KEP-2268)."""
+
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep new pods off a node unless tolerated (PreferNoSchedule does not)."""
+
+DEFAULT_NOT_READY_GRACE = 60.0
+"""Seconds a node may stay NotReady before the pods on it count as lost. Shorter than the
+node lifecycle controller's 300 s ``default-not-ready-toleration-seconds``: a gang cannot make
+progress with a rank on a dead node, and its checkpoint is what it resumes from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (core/v1 Taint): key, value and effect."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What kubeforge knows about one Node.
+
+    Attributes:
+        name: ``metadata.name``.
+        labels: Node labels (topology, capacity type, GPU Feature Discovery).
+        taints: ``spec.taints``.
+        unschedulable: ``spec.unschedulable`` (cordoned).
+        ready: The ``Ready`` condition is ``True``.
+        ready_changed: When ``Ready`` last changed (unix seconds), None if unknown.
+        allocatable: Extended resources (names with a ``/``, e.g. ``nvidia.com/gpu``) the
+            kubelet offers for pods, as counts.
+        capacity: The same from ``status.capacity``.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    ready_changed: float | None = None
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    capacity: Mapping[str, int] = field(default_factory=dict)
+
+
+def interruption_reason(node: Node | None, name: str, now: float,
+                        not_ready_grace: float = DEFAULT_NOT_READY_GRACE) -> str | None:
+    """Why the pods on a node must be treated as lost, or None.
+
+    The one definition of an interrupted node, used by placement (no new work lands there)
+    and by the lifecycle (a gang with a rank there restarts as a preemption):
+
+    * the node is gone (``node`` is None);
+    * it carries a taint whose key starts with one of :data:`INTERRUPTION_TAINT_PREFIXES`,
+      whatever its effect;
+    * it has been NotReady for ``not_ready_grace`` seconds or longer.
+
+    Args:
+        node: The node, or None when it no longer exists.
+        name: The node's name (for the message when ``node`` is None).
+        now: Unix seconds.
+        not_ready_grace: Seconds of NotReady tolerated.
+
+    Returns:
+        A short human reason, or None when the node is fine (or NotReady for less than the
+        grace period: see :func:`not_ready_wait`).
+    """
+    if node is None:
+        return f"node {name} deleted"
+    for t in node.taints:
+        if t.key.startswith(INTERRUPTION_TAINT_PREFIXES):
+            return f"node {name} has interruption taint {t.key}"
+    wait = not_ready_wait(node, now, not_ready_grace)
+    if wait is not None and wait <= 0:
+        return f"node {name} NotReady for {now - (node.ready_changed or now):.0f}s"
+    return None
+
+
+def not_ready_wait(node: Node, now: float, not_ready_grace: float = DEFAULT_NOT_READY_GRACE) -> float | None:
+    """Seconds left before a NotReady node counts as lost (<= 0: already), None if Ready or
+    the time it went NotReady is unknown."""
+    if node.ready or node.ready_changed is None:
+        return None
+    return not_ready_grace - (now - node.ready_changed)
+
+
+def is_interrupted(node: Node) -> bool:
+    """Whether the node carries an interruption taint (it is about to go away)."""
+    return any(t.key.startswith(INTERRUPTION_TAINT_PREFIXES) for t in node.taints)
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    """Whether one of ``tolerations`` (core/v1 Toleration dicts) tolerates ``taint``.
+
+    Kubernetes' rule (``v1.Toleration.ToleratesTaint``): the effects match when the
+    toleration's is empty or equal; an empty key with ``Exists`` matches every key; otherwise
+    the keys must be equal, and ``Exists`` matches any value while ``Equal`` (the default)
+    needs the same value.
+    """
+    for t in tolerations:
+        effect = t.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        op = t.get("operator") or "Equal"
+        key = t.get("key") or ""
+        if not key:
+            if op == "Exists":
+                return True
+            continue
+        if key != taint.key:
+            continue
+        if op == "Exists" or (t.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def parse_quantity_count(value: Any) -> int:
+    """An integer resource quantity (``8``, ``"8"``, ``"2k"``) as an int; 0 for anything that
+    is not a whole count (extended resources such as GPUs are always whole numbers).
+
+    Never raises: a malformed quantity on a node or a pod must not stop the operator.
+    """
+    if value is None or isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    text = str(value).strip()
+    factor = {"k": 10**3, "M": 10**6, "G": 10**9}.get(text[-1:], 1)
+    if factor != 1:
+        text = text[:-1]
+    return int(text) * factor if text.isdigit() else 0
+
+
+def _time(value: Any) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def node_from_k8s(body: Mapping[str, Any]) -> Node:
+    """Build a :class:`Node` from a Kubernetes Node (a dict or kopf's body view).
+
+    Only extended resources (names containing ``/``) are kept in ``allocatable`` and
+    ``capacity``; malformed quantities count as 0.
+    """
+    md = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    st = body.get("status") or {}
+    ready_c = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), None)
+
+    def extended(res: Mapping[str, Any] | None) -> dict[str, int]:
+        return {k: parse_quantity_count(v) for k, v in (res or {}).items() if "/" in k}
+
+    return Node(
+        name=md.get("name") or "",
+        labels={str(k): str(v) for k, v in (md.get("labels") or {}).items()},
+        taints=tuple(Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
+                     for t in spec.get("taints") or []),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=bool(ready_c and ready_c.get("status") == "True"),
+        ready_changed=_time(ready_c.get("lastTransitionTime")) if ready_c else None,
+        allocatable=extended(st.get("allocatable")),
+        capacity=extended(st.get("capacity")),
+    )

@@ -1,0 +1,228 @@
+"""One pod model: what the ledger, the lifecycle and the serving admission read of a Pod.
+
+Also the one definition of a terminal pod and the scheduler's rule for what a pod requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kubeforge.api._base import to_plain
+from kubeforge.objects._labels import (
+    ADMISSION_GATE, ASSIGNED_NODE, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
+)
+from kubeforge.objects._node import _time, parse_quantity_count
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+MAIN_CONTAINER_NAMES = ("trainer", "pytorch", "vllm", "sglang", "server", "model-server", "triton")
+"""Containers that get the GPUs and whose exit code and termination message count, in this
+order (Kubeflow names its container ``pytorch``); otherwise the first container."""
+
+STUCK_WAITING_REASONS = (
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
+)
+"""Container ``waiting`` reasons that mean the pod will not start on its own soon; reported
+when a gang does not start within its startup timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """What kubeforge knows about one pod.
+
+    Attributes:
+        namespace: ``metadata.namespace``.
+        name: ``metadata.name``.
+        node: ``spec.nodeName`` (bound), or None.
+        assigned: The node kubeforge chose for it (annotation ``kubeforge.io/assigned-node``),
+            which holds the GPUs in the ledger before the pod is bound.
+        phase: ``status.phase`` (``Pending`` when absent).
+        deleting: ``metadata.deletionTimestamp`` is set.
+        gated: The pod has scheduling gates.
+        gates: The gate names.
+        requests: Extended-resource requests (names with a ``/``), by the scheduler's rule
+            (:func:`pod_requests`).
+        job: The TrainingJob it belongs to (label ``kubeforge.io/job-name``), or None.
+        rank: ``kubeforge.io/replica-index`` (0 when absent).
+        attempt: ``kubeforge.io/restart-attempt`` (0 when absent).
+        service: The InferenceService it belongs to (label), or None.
+        pool: The GPUPool label, or None.
+        ready: The ``Ready`` condition is True.
+        disruption: The reason of a ``DisruptionTarget=True`` condition, or None.
+        exit_code: The main container's exit code once terminated.
+        message: The main container's termination message (may carry checkpoint JSON).
+        waiting: ``"<reason>: <message>"`` of a container stuck waiting
+            (:data:`STUCK_WAITING_REASONS`), or None.
+        unschedulable_since: When ``PodScheduled=False/Unschedulable`` was set, or None.
+        unschedulable_message: The scheduler's message with it.
+        reason: ``status.reason`` (e.g. ``Evicted``, or a kubelet admission rejection such as
+            ``OutOfnvidia.com/gpu`` or ``NodeAffinity``), or None.
+        created: ``metadata.creationTimestamp`` (unix seconds), 0 if unknown.
+        affinity: ``spec.affinity`` of a pod waiting behind the admission gate (kept only for
+            those: the admission round narrows it), else None.
+        annotated: The pod has annotations (a JSON patch adds to them or creates them).
+    """
+
+    namespace: str
+    name: str
+    node: str | None = None
+    assigned: str | None = None
+    phase: str = "Pending"
+    deleting: bool = False
+    gates: tuple[str, ...] = ()
+    requests: Mapping[str, int] = field(default_factory=dict)
+    job: str | None = None
+    rank: int = 0
+    attempt: int = 0
+    service: str | None = None
+    pool: str | None = None
+    ready: bool = False
+    disruption: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    waiting: str | None = None
+    unschedulable_since: float | None = None
+    unschedulable_message: str | None = None
+    reason: str | None = None
+    created: float = 0.0
+    affinity: Mapping[str, Any] | None = None
+    annotated: bool = False
+
+    @property
+    def gated(self) -> bool:
+        return bool(self.gates)
+
+    @property
+    def where(self) -> str | None:
+        """The node that holds this pod's resources: bound, else assigned by kubeforge."""
+        return self.node or self.assigned
+
+    @property
+    def terminal(self) -> bool:
+        """See :func:`is_terminal`."""
+        return self.phase in TERMINAL_PHASES
+
+
+def is_terminal(pod: Pod) -> bool:
+    """The one definition of a terminal pod: phase ``Succeeded`` or ``Failed``.
+
+    A terminal pod holds no resources (the scheduler and the kubelet release them). A pod
+    that is being deleted but not yet terminal still holds its GPUs: the scheduler keeps
+    counting it until it is gone, and so does the ledger.
+    """
+    return pod.phase in TERMINAL_PHASES
+
+
+def _extended(container: Mapping[str, Any]) -> dict[str, int]:
+    res = container.get("resources") or {}
+    # Requests default to limits when left out (API defaulting; always so for extended resources).
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return {k: parse_quantity_count(v) for k, v in merged.items() if "/" in k}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        if v > into.get(k, 0):
+            into[k] = v
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Extended-resource requests of a pod spec, by kube-scheduler's rule.
+
+    Kubernetes ``resourcehelper.AggregateContainerRequests`` (KEP-753 sidecars): the sum over
+    app containers plus restartable init containers (sidecars, ``restartPolicy: Always``),
+    and at least, for every other init container, its own request plus the sidecars started
+    before it (init containers run one at a time, so the maximum counts, not the sum).
+    Only names with a ``/`` are kept (``nvidia.com/gpu``, ``amd.com/gpu``, ...). Pod
+    overhead never carries extended resources, so it is left out.
+    """
+    reqs: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        _add(reqs, _extended(c))
+    sidecars: dict[str, int] = {}
+    init: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        own = _extended(c)
+        if c.get("restartPolicy") == "Always":
+            _add(reqs, own)
+            _add(sidecars, own)
+            _max(init, sidecars)
+        else:
+            tmp = dict(own)
+            _add(tmp, sidecars)
+            _max(init, tmp)
+    _max(reqs, init)
+    return {k: v for k, v in reqs.items() if v > 0}
+
+
+def main_container(names: Sequence[str]) -> str | None:
+    """The container whose exit code counts: the first of :data:`MAIN_CONTAINER_NAMES`
+    present, else the first container."""
+    return next((n for n in MAIN_CONTAINER_NAMES if n in names), names[0] if names else None)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
+    """Build a :class:`Pod` from a Kubernetes Pod (a dict or kopf's body view); never raises
+    on odd content (a malformed label counts as 0)."""
+    md = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    st = body.get("status") or {}
+    labels = md.get("labels") or {}
+    conds = st.get("conditions") or []
+    disruption = next((c.get("reason") or "DisruptionTarget" for c in conds
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    gates = tuple(g.get("name") or "" for g in spec.get("schedulingGates") or [])
+    unsched = next((c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                    and c.get("reason") == "Unschedulable"), None)
+    main = main_container([c.get("name") for c in spec.get("containers") or []])
+    exit_code = message = waiting = None
+    for cs in list(st.get("initContainerStatuses") or []) + list(st.get("containerStatuses") or []):
+        state = cs.get("state") or {}
+        w = state.get("waiting") or {}
+        if waiting is None and w.get("reason") in STUCK_WAITING_REASONS:
+            waiting = f"{w['reason']}: {(w.get('message') or '')[:512]}".rstrip(": ")
+        if cs.get("name") == main and cs in (st.get("containerStatuses") or []):
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term:
+                exit_code = term.get("exitCode")
+                message = term.get("message")
+    return Pod(
+        namespace=md.get("namespace") or "",
+        name=md.get("name") or "",
+        node=spec.get("nodeName") or None,
+        assigned=(md.get("annotations") or {}).get(ASSIGNED_NODE) or None,
+        phase=st.get("phase") or "Pending",
+        deleting=bool(md.get("deletionTimestamp")),
+        gates=gates,
+        requests=pod_requests(spec),
+        job=labels.get(JOB_NAME),
+        rank=_int(labels.get(REPLICA_INDEX)),
+        attempt=_int(labels.get(RESTART_ATTEMPT)),
+        service=labels.get(SERVICE_NAME),
+        pool=labels.get(POOL_LABEL),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds),
+        disruption=disruption,
+        exit_code=exit_code,
+        message=message,
+        waiting=waiting,
+        unschedulable_since=_time(unsched.get("lastTransitionTime")) if unsched else None,
+        unschedulable_message=unsched.get("message") if unsched else None,
+        reason=st.get("reason") or None,
+        created=_time(md.get("creationTimestamp")) or 0.0,
+        affinity=to_plain(spec.get("affinity") or {}) if ADMISSION_GATE in gates else None,
+        annotated=bool(md.get("annotations")),
+    )

@@ -1,0 +1,188 @@
+"""Records of kubeforge's own objects as the operator holds them: the spec parsed once into the
+API model (defaults applied there and only there), the status as the API server returned it.
+
+Also the one definition of a job's current attempt and of its placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, Mapping, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from kubeforge.api import (
+    GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
+)
+from kubeforge.api._base import to_plain
+from kubeforge.objects._labels import TEMPLATE_HASH
+from kubeforge.objects._node import _time
+
+Key = tuple[str, str]
+"""(namespace, name) of a namespaced object."""
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Generic[S]):
+    """One kubeforge object: identity, the parsed spec (or why it does not parse) and status.
+
+    Attributes:
+        namespace: Empty for GPUPools.
+        name: ``metadata.name``.
+        uid: ``metadata.uid``.
+        generation: ``metadata.generation`` (moves on every spec change).
+        resource_version: ``metadata.resourceVersion`` as the watch last delivered it.
+        created: ``metadata.creationTimestamp`` in unix seconds (0 if unknown).
+        deleting: ``metadata.deletionTimestamp`` is set.
+        spec: The spec parsed into its API model, or None when it does not validate.
+        spec_error: The validation errors on one line when ``spec`` is None.
+        status: ``.status`` as a plain dict (may be empty).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    resource_version: str
+    created: float
+    deleting: bool
+    spec: S | None
+    spec_error: str | None
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
+TrainingJobRecord = Record[TrainingJobSpec]
+InferenceServiceRecord = Record[InferenceServiceSpec]
+PoolRecord = Record[GPUPoolSpec]
+
+_PARSED: dict[tuple[type, str, int], tuple[Any, str | None]] = {}
+_PARSED_MAX = 50_000
+
+
+def parse_spec(model: type[S], uid: str, generation: int, spec: Mapping[str, Any]) -> tuple[S | None, str | None]:
+    """``spec`` validated into ``model``, once per (uid, generation): watch events that only
+    change status (most of them) reuse the parsed spec. Returns ``(spec, None)`` or
+    ``(None, "spec.replicas: Input should be ...")``. The cache is bounded."""
+    k = (model, uid, generation)
+    hit = _PARSED.get(k)
+    if hit is not None and uid:
+        return hit
+    try:
+        out: tuple[Any, str | None] = (model.model_validate(to_plain(spec)), None)
+    except ValidationError as e:
+        out = (None, describe_validation_error(e, prefix="spec"))
+    if uid:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[k] = out
+    return out
+
+
+def record_from_k8s(model: type[S], body: Mapping[str, Any]) -> Record[S]:
+    """A :class:`Record` from a kubeforge object (dict or kopf body view)."""
+    md = body.get("metadata") or {}
+    uid = md.get("uid") or ""
+    gen = int(md.get("generation") or 0)
+    spec, err = parse_spec(model, uid, gen, body.get("spec") or {})
+    return Record(
+        namespace=md.get("namespace") or "",
+        name=md.get("name") or "",
+        uid=uid,
+        generation=gen,
+        resource_version=str(md.get("resourceVersion") or ""),
+        created=_time(md.get("creationTimestamp")) or 0.0,
+        deleting=bool(md.get("deletionTimestamp")),
+        spec=spec,
+        spec_error=err,
+        status=to_plain(body.get("status") or {}),
+    )
+
+
+def current_attempt(status: Mapping[str, Any] | None) -> int:
+    """The gang's current attempt: ``status.attempt``, the one definition used by the ledger,
+    the lifecycle and the pod builder.
+
+    It moves by one every time the whole gang is stopped (failure, preemption, suspend,
+    startup timeout, lost placement, a refused create), so pods of an earlier run never count
+    as the current gang. Pods carry it in the ``kubeforge.io/restart-attempt`` label. Statuses
+    written before the field existed: failures + preemptions.
+    """
+    st = status or {}
+    if st.get("attempt") is not None:
+        return int(st["attempt"])
+    r = st.get("restarts") or {}
+    return int(r.get("failures", 0)) + int(r.get("preemptions", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRecord:
+    """A gang's placement as kept in ``status.placement``: rank i runs on ``nodes[i]``."""
+
+    pool: str
+    nodes: tuple[str, ...]
+    level: str | None = None
+    domain: str | None = None
+    reason: str = ""
+
+
+def placement_of(status: Mapping[str, Any] | None) -> PlacementRecord | None:
+    """The placement in ``status.placement``, or None when the job holds none."""
+    pl = (status or {}).get("placement") or None
+    if not pl or not pl.get("nodes"):
+        return None
+    return PlacementRecord(pl.get("pool") or "", tuple(pl["nodes"]), pl.get("level"), pl.get("domain"),
+                           pl.get("reason") or "")
+
+
+def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
+    """The status condition of ``type_``, or None."""
+    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def condition_time(status: Mapping[str, Any] | None, type_: str) -> float | None:
+    """``lastTransitionTime`` of a condition, in unix seconds, or None."""
+    c = condition(status, type_)
+    return _time(c.get("lastTransitionTime")) if c else None
+
+
+def status_time(status: Mapping[str, Any] | None, field_name: str) -> float | None:
+    """A timestamp field of ``status`` in unix seconds, or None."""
+    return _time((status or {}).get(field_name))
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentState:
+    """What kubeforge reads of an InferenceService's Deployment.
+
+    Attributes:
+        name: ``metadata.name``.
+        replicas: ``spec.replicas`` (what the autoscaler last set).
+        current: ``status.replicas``.
+        ready: ``status.readyReplicas``.
+        template_hash: Our ``kubeforge.io/template-hash`` annotation (the template last written).
+    """
+
+    name: str
+    replicas: int
+    current: int
+    ready: int
+    template_hash: str | None
+
+
+def deployment_from_k8s(body: Mapping[str, Any]) -> DeploymentState:
+    """A :class:`DeploymentState` from a Deployment (dict or kopf body view)."""
+    md = body.get("metadata") or {}
+    st = body.get("status") or {}
+    return DeploymentState(
+        name=md.get("name") or "",
+        replicas=int((body.get("spec") or {}).get("replicas") or 0),
+        current=int(st.get("replicas") or 0),
+        ready=int(st.get("readyReplicas") or 0),
+        template_hash=(md.get("annotations") or {}).get(TEMPLATE_HASH),
+    )
