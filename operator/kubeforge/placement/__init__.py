@@ -17,6 +17,7 @@ from ._affinity import node_affinity
 from ._fit import place_gang
 from ._model import (
     MODES,
+    NodeFilter,
     AdmissionDecision,
     GangRequest,
     Mode,
@@ -27,11 +28,13 @@ from ._model import (
     Result,
     TopologyLevel,
 )
+from kubeforge.objects import INTERRUPTION_TAINT_PREFIXES
+
 from ._nodes import (
-    INTERRUPTION_TAINT_PREFIXES,
     SPOT_LABELS,
     CapacityType,
     capacity_type,
+    node_info,
     node_info_from_k8s,
 )
 from ._summary import (
@@ -56,6 +59,7 @@ __all__ = [
     "GpuCounts",
     "Mode",
     "NoFit",
+    "NodeFilter",
     "NodeInfo",
     "PendingGang",
     "Placement",
@@ -67,6 +71,7 @@ __all__ = [
     "capacity_type",
     "detect_levels",
     "node_affinity",
+    "node_info",
     "node_info_from_k8s",
     "place_gang",
     "queue_order",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import copy
+from typing import Any, Mapping, Sequence
 
 from ._model import Placement, TopologyLevel
 from ._topology import find_level
 
-
-
 def node_affinity(
-    placement: Placement, rank: int, levels: Sequence[TopologyLevel]
+    placement: Placement, rank: int, levels: Sequence[TopologyLevel],
+    base: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``affinity.nodeAffinity`` value for the pod of one rank.
 
@@ -28,10 +28,15 @@ def node_affinity(
     node name. The domain expression is present only when the placement has a level and
     a domain; both parts of the one term must hold (they are ANDed).
 
+    ``base`` is the template's own ``nodeAffinity``: its preferred terms are kept, and the pin
+    is added to each of its required terms (terms are ORed, the expressions inside one term
+    ANDed, so the pin must go into every term to hold whichever term matches).
+
     Args:
         placement: A :class:`Placement` from :func:`place_gang` or :func:`admit`.
         rank: The replica's rank, ``0 <= rank < len(placement.nodes)``.
         levels: The pool's levels, to find the placement level's node label.
+        base: The pod template's ``affinity.nodeAffinity``, or None.
 
     Returns:
         A fresh dict with camelCase keys, as in a Pod spec.
@@ -54,7 +59,14 @@ def node_affinity(
         expressions.append(
             {"key": levels[index].node_label, "operator": "In", "values": [placement.domain]}
         )
-    term: dict[str, Any] = {"matchFields": fields}
-    if expressions:
-        term["matchExpressions"] = expressions
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    out = copy.deepcopy(dict(base or {}))
+    required = out.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = []
+    for base_term in required.get("nodeSelectorTerms") or [{}]:
+        term: dict[str, Any] = dict(base_term)
+        term["matchFields"] = list(term.get("matchFields") or []) + fields
+        if expressions or term.get("matchExpressions"):
+            term["matchExpressions"] = list(term.get("matchExpressions") or []) + expressions
+        terms.append(term)
+    out["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
+    return out

@@ -36,7 +36,7 @@ def _candidates(
 ) -> list[_Cand]:
     cands = []
     for node in nodes:
-        if not node.usable or node.name in request.avoid_nodes:
+        if node.name in request.avoid_nodes or not node.usable_for(request.tolerations):
             continue
         free = max(0, node.gpus_free - max(0, reserved.get(node.name, 0)))
         cands.append(_Cand(node, free, free // request.gpus_per_replica, domain_path(node, levels)))
@@ -253,8 +253,9 @@ def place_gang(
 ) -> Result:
     """Place a gang on a pool, or say why it cannot be placed.
 
-    Only usable nodes (ready, schedulable, not interrupted) outside
-    ``request.avoid_nodes`` are used. A node's free GPUs are ``gpus_free`` minus
+    Only nodes that match ``request.node_filter`` count at all; of those, usable nodes
+    (ready, not interrupted, not cordoned, every blocking taint tolerated by the pool or the
+    request) outside ``request.avoid_nodes`` are used. A node's free GPUs are ``gpus_free`` minus
     ``reserved[node]``. A replica needs ``gpus_per_replica`` free GPUs on one node;
     several replicas may share a node.
 
@@ -297,7 +298,6 @@ def place_gang(
     """
     check_levels(levels)
     g = request.gpus_per_replica
-    largest = max((n.gpus_allocatable for n in nodes), default=0)
     if not nodes:
         return NoFit(
             reason="the pool has no nodes",
@@ -305,6 +305,16 @@ def place_gang(
             gpus_short=request.gpus,
             permanent=True,
         )
+    if request.node_filter is not None:
+        nodes = [n for n in nodes if request.node_filter.matches(n.name, n.labels)]
+        if not nodes:
+            return NoFit(
+                reason=f"no node of the pool matches the template's {request.node_filter.describe()}",
+                level=request.level if request.mode != "None" else None,
+                gpus_short=request.gpus,
+                permanent=True,
+            )
+    largest = max((n.gpus_allocatable for n in nodes), default=0)
     if g > largest:
         return NoFit(
             reason=f"gpusPerReplica {g} exceeds the largest node's {largest} allocatable GPUs",

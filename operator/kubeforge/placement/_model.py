@@ -7,7 +7,9 @@ Everything here is data: no I/O, no Kubernetes client, no clock. Validation happ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Union
+from typing import Any, Literal, Mapping, Sequence, Union
+
+from kubeforge.objects import Taint, tolerates
 
 Mode = Literal["Required", "Preferred", "None"]
 """Topology mode of a gang, as in ``TrainingJob.spec.topology.mode``."""
@@ -63,6 +65,11 @@ class NodeInfo:
             to go away and must not receive new work.
         gpus_capacity: GPUs the node has in total (``status.capacity``), count. Defaults to
             ``gpus_allocatable`` when left out.
+        cordoned: ``spec.unschedulable`` is true: nothing new lands here.
+        taints: The ``NoSchedule``/``NoExecute`` taints the pool does not tolerate; a gang
+            whose own tolerations tolerate them all may still use the node.
+        capacity_type: ``"spot"`` / ``"on-demand"`` when the pool fixes it
+            (``spec.capacityType``); None: detected from the labels.
 
     Raises:
         ValueError: If a GPU count is negative or not an int, or ``name`` is empty.
@@ -76,6 +83,9 @@ class NodeInfo:
     schedulable: bool = True
     interrupted: bool = False
     gpus_capacity: int | None = None
+    cordoned: bool = False
+    taints: tuple[Taint, ...] = ()
+    capacity_type: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -97,6 +107,97 @@ class NodeInfo:
         """Whether new work may land here: ready, schedulable and not interrupted."""
         return self.ready and self.schedulable and not self.interrupted
 
+    def usable_for(self, tolerations: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether a pod with ``tolerations`` (on top of the pool's) may land here: ready,
+        not interrupted, not cordoned, and every taint that blocks the pool tolerated."""
+        if not self.ready or self.interrupted:
+            return False
+        if self.schedulable:
+            return True
+        if self.cordoned or not self.taints:
+            return False
+        return all(tolerates(tolerations, t) for t in self.taints)
+
+
+_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirement_holds(req: Mapping[str, Any], value: str | None) -> bool:
+    op = req.get("operator")
+    values = req.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):  # integer comparison, as kube-scheduler does
+        try:
+            a, b = int(value or ""), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+@dataclass(frozen=True)
+class NodeFilter:
+    """The node constraints of a pod template that placement must honour, so that the node it
+    picks is one kube-scheduler will accept: ``spec.nodeSelector`` and the required node
+    affinity (``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``).
+
+    Semantics are kube-scheduler's: every ``nodeSelector`` pair must match; then at least one
+    term must match, a term matching when all its ``matchExpressions`` (on labels) and
+    ``matchFields`` (on ``metadata.name``) hold; an empty term matches nothing. Operators In,
+    NotIn, Exists, DoesNotExist, Gt, Lt.
+
+    Attributes:
+        node_selector: Label key -> value pairs.
+        terms: The node selector terms (plain dicts); empty means no affinity constraint.
+    """
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    terms: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
+
+    @classmethod
+    def from_pod_spec(cls, spec: Mapping[str, Any]) -> "NodeFilter | None":
+        """The filter of a PodSpec dict, or None when it constrains nothing."""
+        sel = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
+        req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+               .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = tuple(req.get("nodeSelectorTerms") or ())
+        if not sel and not terms:
+            return None
+        return cls(sel, terms)
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether a node with this name and labels satisfies the filter."""
+        if any(labels.get(k) != v for k, v in self.node_selector):
+            return False
+        if not self.terms:
+            return True
+        for term in self.terms:
+            exprs = term.get("matchExpressions") or []
+            fields = term.get("matchFields") or []
+            if not exprs and not fields:
+                continue
+            if all(_requirement_holds(e, labels.get(e.get("key", ""))) for e in exprs) and all(
+                _requirement_holds(f, name if f.get("key") == "metadata.name" else None) for f in fields
+            ):
+                return True
+        return False
+
+    def describe(self) -> str:
+        """A short human description, for NoFit messages."""
+        parts = []
+        if self.node_selector:
+            parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in self.node_selector))
+        if self.terms:
+            parts.append(f"required node affinity ({len(self.terms)} term{'s' if len(self.terms) != 1 else ''})")
+        return " and ".join(parts)
+
 
 @dataclass(frozen=True)
 class GangRequest:
@@ -114,6 +215,9 @@ class GangRequest:
             ignored for ``None``.
         avoid_nodes: Node names that must not be used (e.g. nodes where the job just
             failed).
+        tolerations: The pods' own tolerations (core/v1 dicts, from the template); they may
+            tolerate taints the pool does not.
+        node_filter: The template's node selector and required node affinity, or None.
 
     Raises:
         ValueError: On a non-positive count, an unknown mode, or ``Required`` without a
@@ -125,6 +229,8 @@ class GangRequest:
     mode: Mode = "Required"
     level: str | None = None
     avoid_nodes: frozenset[str] = frozenset()
+    tolerations: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
+    node_filter: NodeFilter | None = None
 
     def __post_init__(self) -> None:
         _check_count("GangRequest", "replicas", self.replicas, 1)

@@ -1,8 +1,10 @@
-"""Reading nodes: capacity type and a pure builder from a raw Kubernetes Node dict."""
+"""Nodes as placement sees them: capacity type, and the per-pool view of a node."""
 
 from __future__ import annotations
 
-from typing import Any, Collection, Literal, Mapping
+from typing import Any, Collection, Literal, Mapping, Sequence
+
+from kubeforge.objects import BLOCKING_EFFECTS, Node, is_interrupted, node_from_k8s, tolerates
 
 from ._model import NodeInfo
 
@@ -16,20 +18,6 @@ SPOT_LABELS: tuple[tuple[str, str], ...] = (
 )
 """Label and value (compared case-insensitively) that mark a spot / preemptible node:
 Karpenter, GKE Spot VMs, EKS managed node groups (``SPOT``) and AKS spot node pools."""
-
-INTERRUPTION_TAINT_PREFIXES: tuple[str, ...] = (
-    "aws-node-termination-handler/",
-    "karpenter.sh/disrupted",
-    "cloud.google.com/impending-node-termination",
-    "node.kubernetes.io/out-of-service",
-)
-"""Taint key prefixes that mean the node is being reclaimed or shut down: AWS Node
-Termination Handler (``aws-node-termination-handler/spot-itn``, ``.../rebalance-recommendation``
-...), Karpenter disruption, GKE's impending termination, and the upstream out-of-service
-taint."""
-
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
 
 def capacity_type(labels: Mapping[str, str]) -> CapacityType:
     """Tell spot nodes from on-demand ones by their labels.
@@ -48,23 +36,49 @@ def capacity_type(labels: Mapping[str, str]) -> CapacityType:
     return "on-demand"
 
 
-def _parse_count(value: Any, what: str) -> int:
-    """Parse an integer resource quantity (``8``, ``"8"``, ``"2k"``)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: not a GPU count: {value!r}")
-    if isinstance(value, int):
-        return max(0, value)
-    text = str(value).strip()
-    multipliers = {"k": 10**3, "M": 10**6, "G": 10**9}
-    factor = 1
-    if text and text[-1] in multipliers:
-        factor = multipliers[text[-1]]
-        text = text[:-1]
-    if not text.isdigit():
-        raise ValueError(f"{what}: not an integer GPU quantity: {value!r}")
-    return int(text) * factor
+def node_info(
+    node: Node,
+    gpu_resource: str = "nvidia.com/gpu",
+    allocated: int = 0,
+    pool_tolerations: Sequence[Mapping[str, Any]] = (),
+    capacity: CapacityType | None = None,
+) -> NodeInfo:
+    """The placement view of one :class:`~kubeforge.objects.Node` in a pool.
+
+    Args:
+        node: The node.
+        gpu_resource: Extended resource name that counts GPUs.
+        allocated: GPUs already held on this node (the ledger's count; placement never
+            lists pods).
+        pool_tolerations: The pool's tolerations (core/v1 Toleration dicts): taints they
+            tolerate do not make the node unschedulable.
+        capacity: ``"spot"`` or ``"on-demand"`` when the pool says so
+            (``spec.capacityType``), else None to detect it from the node's labels.
+
+    Returns:
+        The node's :class:`NodeInfo`: ``ready`` from the Ready condition; ``cordoned`` from
+        ``spec.unschedulable``; ``taints``, the ``NoSchedule`` / ``NoExecute`` taints the
+        pool does not tolerate (a job's own tolerations may still tolerate them);
+        ``schedulable`` when neither cordoned nor tainted so; ``interrupted`` when a taint
+        key starts with an interruption prefix (whatever its effect, tolerated or not); GPU
+        counts from allocatable and capacity (0 when absent or malformed).
+    """
+    blocking = tuple(t for t in node.taints
+                     if t.effect in BLOCKING_EFFECTS and not tolerates(pool_tolerations, t))
+    allocatable = node.allocatable.get(gpu_resource, 0)
+    return NodeInfo(
+        name=node.name,
+        labels=node.labels,
+        gpus_allocatable=allocatable,
+        gpus_allocated=max(0, int(allocated)),
+        ready=node.ready,
+        schedulable=not node.unschedulable and not blocking,
+        interrupted=is_interrupted(node),
+        gpus_capacity=max(node.capacity.get(gpu_resource, 0), allocatable),
+        cordoned=node.unschedulable,
+        taints=blocking,
+        capacity_type=capacity,
+    )
 
 
 def node_info_from_k8s(
@@ -73,57 +87,7 @@ def node_info_from_k8s(
     allocated: int = 0,
     tolerated_taint_keys: Collection[str] = (),
 ) -> NodeInfo:
-    """Build a :class:`NodeInfo` from a Kubernetes Node object as a plain dict.
-
-    Args:
-        node: The Node as returned by the API (``metadata``, ``spec``, ``status``).
-        gpu_resource: Extended resource name that counts GPUs.
-        allocated: GPUs already requested by pods bound or assigned to this node (the
-            caller sums them; placement never lists pods).
-        tolerated_taint_keys: Taint keys the pool's pods tolerate; such taints do not make
-            the node unschedulable.
-
-    Returns:
-        The node's :class:`NodeInfo`:
-
-        * ``ready``: the ``Ready`` condition has status ``"True"`` (absent: not ready);
-        * ``schedulable``: ``spec.unschedulable`` is not true and no ``NoSchedule`` or
-          ``NoExecute`` taint has a key outside ``tolerated_taint_keys``;
-        * ``interrupted``: some taint key starts with one of
-          :data:`INTERRUPTION_TAINT_PREFIXES` (whatever its effect, tolerated or not);
-        * GPU counts from ``status.allocatable`` and ``status.capacity`` (absent: 0).
-
-    Raises:
-        ValueError: If the node has no name or a GPU quantity is not an integer.
-    """
-    metadata = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    name = metadata.get("name") or ""
-    labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
-
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-    taints = spec.get("taints") or []
-    tolerated = set(tolerated_taint_keys)
-    blocked = any(
-        t.get("effect") in _BLOCKING_EFFECTS and t.get("key") not in tolerated for t in taints
-    )
-    schedulable = not bool(spec.get("unschedulable")) and not blocked
-    interrupted = any(
-        str(t.get("key", "")).startswith(INTERRUPTION_TAINT_PREFIXES) for t in taints
-    )
-
-    allocatable = _parse_count((status.get("allocatable") or {}).get(gpu_resource), f"node {name}")
-    capacity = _parse_count((status.get("capacity") or {}).get(gpu_resource), f"node {name}")
-    return NodeInfo(
-        name=name,
-        labels=labels,
-        gpus_allocatable=allocatable,
-        gpus_allocated=max(0, int(allocated)),
-        ready=ready,
-        schedulable=schedulable,
-        interrupted=interrupted,
-        gpus_capacity=max(capacity, allocatable),
-    )
+    """:func:`node_info` of a raw Kubernetes Node dict, tolerating the taints whose keys are
+    in ``tolerated_taint_keys`` (any value and effect)."""
+    tolerations = [{"key": k, "operator": "Exists"} for k in tolerated_taint_keys]
+    return node_info(node_from_k8s(node), gpu_resource, allocated, tolerations)

@@ -15,32 +15,35 @@ DEFAULT_MAX_DOMAINS_PER_LEVEL = 64
 
 @dataclass(frozen=True)
 class GpuCounts:
-    """GPU counts over a set of nodes.
+    """GPU counts over a set of nodes. ``allocated + free == allocatable`` always.
 
     Attributes:
         capacity: Sum of ``gpus_capacity`` over all nodes.
-        allocatable: Sum of ``gpus_allocatable`` over all nodes.
-        allocated: Sum of ``gpus_allocated`` over all nodes.
-        free: Sum of ``gpus_free`` over *usable* nodes only (ready, schedulable, not
-            interrupted): GPUs new work could get now. So ``free`` may be less than
-            ``allocatable - allocated``.
+        allocatable: Sum of ``gpus_allocatable`` over *usable* nodes (ready, schedulable,
+            not interrupted): the GPUs pods can be given.
+        allocated: GPUs held on those usable nodes (capped at each node's allocatable).
+        free: ``allocatable - allocated``: GPUs new work could get now.
+        unavailable: Sum of ``gpus_allocatable`` over nodes that are not usable (NotReady,
+            cordoned, tainted, about to be reclaimed), whether or not pods still hold them.
     """
 
     capacity: int = 0
     allocatable: int = 0
     allocated: int = 0
     free: int = 0
+    unavailable: int = 0
 
 
 def _count(nodes: Iterable[NodeInfo]) -> GpuCounts:
-    capacity = allocatable = allocated = free = 0
+    capacity = allocatable = allocated = unavailable = 0
     for node in nodes:
         capacity += node.gpus_capacity or 0
-        allocatable += node.gpus_allocatable
-        allocated += node.gpus_allocated
         if node.usable:
-            free += node.gpus_free
-    return GpuCounts(capacity, allocatable, allocated, free)
+            allocatable += node.gpus_allocatable
+            allocated += min(node.gpus_allocated, node.gpus_allocatable)
+        else:
+            unavailable += node.gpus_allocatable
+    return GpuCounts(capacity, allocatable, allocated, allocatable - allocated, unavailable)
 
 
 @dataclass(frozen=True)
@@ -51,19 +54,17 @@ class DomainSummary:
         level: Level name.
         name: Domain name (the node label's value).
         nodes: Number of nodes carrying this value, whatever their state.
-        gpus_allocatable: Sum over those nodes.
-        gpus_allocated: Sum over those nodes.
-        gpus_free: Sum of free GPUs over the domain's usable nodes.
-        gpus_capacity: Sum of ``gpus_capacity`` over the domain's nodes.
+        gpus: The domain's :class:`GpuCounts`.
     """
 
     level: str
     name: str
     nodes: int
-    gpus_allocatable: int
-    gpus_allocated: int
-    gpus_free: int
-    gpus_capacity: int = 0
+    gpus: GpuCounts
+
+    @property
+    def gpus_free(self) -> int:
+        return self.gpus.free
 
 
 @dataclass(frozen=True)
@@ -121,26 +122,15 @@ def summarize_pool(
     if max_domains_per_level < 0:
         raise ValueError("max_domains_per_level must be >= 0")
     check_levels(levels)
-    spot = [n for n in nodes if capacity_type(n.labels) == "spot"]
-    on_demand = [n for n in nodes if capacity_type(n.labels) != "spot"]
+    spot = [n for n in nodes if (n.capacity_type or capacity_type(n.labels)) == "spot"]
+    on_demand = [n for n in nodes if (n.capacity_type or capacity_type(n.labels)) != "spot"]
 
     domains: list[DomainSummary] = []
     omitted = 0
     for level in levels:
         level_domains = []
         for name, members in group_by_domain(nodes, level).items():
-            counts = _count(members)
-            level_domains.append(
-                DomainSummary(
-                    level=level.name,
-                    name=name,
-                    nodes=len(members),
-                    gpus_allocatable=counts.allocatable,
-                    gpus_allocated=counts.allocated,
-                    gpus_free=counts.free,
-                    gpus_capacity=counts.capacity,
-                )
-            )
+            level_domains.append(DomainSummary(level.name, name, len(members), _count(members)))
         if len(level_domains) > max_domains_per_level:
             level_domains.sort(key=lambda d: (-d.gpus_free, d.name))
             omitted += len(level_domains) - max_domains_per_level
