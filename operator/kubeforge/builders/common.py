@@ -1,6 +1,7 @@
-"""Shared pieces of the builders: labels, owner references, names, conditions.
+"""Shared pieces of the builders: owner references, timestamps, conditions.
 
-Everything here is pure: dicts in, dicts out, ``now`` passed in where time matters.
+Everything here is pure: dicts in, dicts out, ``now`` passed in where time matters. Label and
+annotation names live in :mod:`kubeforge.objects`.
 """
 
 from __future__ import annotations
@@ -11,26 +12,15 @@ from typing import Any, Mapping
 
 from kubeforge import API_VERSION
 
-# Label and annotation keys (our own prefix; JobSet / Kubeflow use the same shapes).
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "kubeforge"
-JOB_NAME = "kubeforge.io/job-name"
-REPLICA_INDEX = "kubeforge.io/replica-index"
-RESTART_ATTEMPT = "kubeforge.io/restart-attempt"
-SERVICE_NAME = "kubeforge.io/inference-service"
-POOL_LABEL = "kubeforge.io/pool"
-GANG_GATE = "kubeforge.io/gang"
-ADMISSION_GATE = "kubeforge.io/admission"  # serving pods wait here until the admission loop picks their node
-ASSIGNED_NODE = "kubeforge.io/assigned-node"
 
-
-def owner_reference(body: Mapping[str, Any], controller: bool = True) -> dict[str, Any]:
-    """An ownerReference to the custom resource ``body`` (so GC deletes the child with it)."""
+def owner_reference(kind: str, name: str, uid: str, controller: bool = True) -> dict[str, Any]:
+    """An ownerReference to one of our objects (so the garbage collector deletes the child
+    with it). ``blockOwnerDeletion`` lets foreground deletion of the owner wait for it."""
     return {
-        "apiVersion": body.get("apiVersion", API_VERSION),
-        "kind": body["kind"],
-        "name": body["metadata"]["name"],
-        "uid": body["metadata"]["uid"],
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
         "controller": controller,
         "blockOwnerDeletion": True,
     }

@@ -1,6 +1,9 @@
-"""Manifests of a TrainingJob's children: worker Pods, the headless Service, the checkpoint PVC.
+"""Manifests of a TrainingJob's children: worker Pods, the checkpoint PVC, and the headless
+Service that gives workers their DNS names.
 
-Pure functions of (job body, placement, attempt): the handler decides, these only build.
+Pure functions of (job record, placement, attempt): the lifecycle decides, these only build.
+Every value that has a default comes from the parsed API model (defaults live only in
+:mod:`kubeforge.api`).
 
 Environment given to every worker (the torchrun / Kubeflow PyTorchJob conventions):
 
@@ -12,27 +15,36 @@ Environment given to every worker (the torchrun / Kubeflow PyTorchJob convention
 - ``KUBEFORGE_RESTART_ATTEMPT``: 0 for the first run, +1 per gang restart.
 - ``KUBEFORGE_LAST_CHECKPOINT_PATH`` / ``_STEP``: the last checkpoint the workload reported.
 
-The rendezvous address is rank 0's stable DNS name, ``<job>-worker-0.<job>.<ns>.svc``,
-from the pod's ``hostname`` + ``subdomain`` and the headless Service.
+Rendezvous: rank 0's stable DNS name ``<job>-worker-0.kubeforge-workers.<ns>.svc``, from the
+pod's ``hostname`` + ``subdomain`` and one headless Service per namespace
+(``kubeforge-workers``) that selects every kubeforge worker there: one object per namespace,
+created once, instead of one Service write per job (JobSet and Kubeflow make one per job).
+
+Workers are created already placed: node affinity pins rank ``r`` to ``placement.nodes[r]``
+(ANDed into the template's own required node affinity) and there is no scheduling gate. The
+ledger reserved those GPUs when the gang was admitted, so the whole gang binds as soon as its
+pods exist; kube-scheduler still does the binding, with all its checks (taints, volumes,
+resources, the template's own constraints).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any, Mapping, Sequence
 
-from kubeforge.builders.common import (
-    ASSIGNED_NODE, GANG_GATE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX,
-    RESTART_ATTEMPT, owner_reference,
+from kubeforge.builders.common import owner_reference
+from kubeforge.objects import (
+    ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
+    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container,
 )
+from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
 MASTER_PORT = 29500  # torch.distributed's default MASTER_PORT
-GPU_CONTAINER_NAMES = ("trainer", "pytorch")  # Kubeflow names its container "pytorch"
-
-
-def service_name(job_name: str) -> str:
-    """The headless Service (and pod subdomain) of a job: the job's own name."""
-    return job_name
+WORKERS_SERVICE = "kubeforge-workers"
+"""The headless Service, one per namespace, whose name is every worker's ``subdomain``."""
+KIND = "TrainingJob"
 
 
 def pvc_name(job_name: str) -> str:
@@ -50,68 +62,79 @@ def pod_name(job_name: str, rank: int, attempt: int) -> str:
     return f"{job_name}-worker-{rank}-{attempt}"
 
 
+def master_address(job_name: str, namespace: str) -> str:
+    """Rank 0's DNS name, the rendezvous address."""
+    return f"{worker_hostname(job_name, 0)}.{WORKERS_SERVICE}.{namespace}.svc"
+
+
 def job_labels(job_name: str) -> dict[str, str]:
     """Labels every child of a job carries (selectors use the job-name one)."""
     return {MANAGED_BY: MANAGER, JOB_NAME: job_name}
 
 
-def build_service(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The headless Service that gives each worker a DNS name (``publishNotReadyAddresses``
-    so rank 0 resolves before it is Ready, as rendezvous needs)."""
-    name = job["metadata"]["name"]
+def spec_hash(job: TrainingJobRecord) -> str:
+    """A short hash of what a gang's pods are made from: replicas, gpusPerReplica, topology,
+    pools and the template. A placement remembers it (``status.placement.specHash``); when
+    the spec no longer matches, the gang restarts with the new spec."""
+    spec = job.spec
+    assert spec is not None
+    data = spec.model_dump(mode="json", by_alias=True,
+                           include={"replicas", "gpus_per_replica", "topology", "pools", "template"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_workers_service(namespace: str) -> dict[str, Any]:
+    """The headless Service that gives every worker of the namespace a DNS name
+    (``publishNotReadyAddresses`` so rank 0 resolves before it is Ready, as rendezvous needs).
+
+    It has no owner: it serves every job of the namespace and holds nothing (no GPUs, no
+    data). It carries ``app.kubernetes.io/managed-by: kubeforge``.
+    """
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": service_name(name),
-            "namespace": job["metadata"]["namespace"],
-            "labels": job_labels(name),
-            "ownerReferences": [owner_reference(job)],
+            "name": WORKERS_SERVICE,
+            "namespace": namespace,
+            "labels": {MANAGED_BY: MANAGER},
         },
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {JOB_NAME: name},
+            "selector": {MANAGED_BY: MANAGER, ROLE_LABEL: WORKER_ROLE},
             "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
         },
     }
 
 
-def build_pvc(job: Mapping[str, Any]) -> dict[str, Any]:
+def build_pvc(job: TrainingJobRecord) -> dict[str, Any]:
     """The checkpoint PVC from ``spec.checkpoint``.
 
     With ``deletionPolicy: Delete`` it is owned by the job (garbage-collected with it); with
     ``Retain`` (the default) it has no owner reference, so it outlives the job.
     """
-    name = job["metadata"]["name"]
-    ck = job["spec"].get("checkpoint") or {}
+    assert job.spec is not None
+    ck = job.spec.checkpoint
     md: dict[str, Any] = {
-        "name": pvc_name(name),
-        "namespace": job["metadata"]["namespace"],
-        "labels": job_labels(name),
+        "name": pvc_name(job.name),
+        "namespace": job.namespace,
+        "labels": job_labels(job.name),
     }
-    if ck.get("deletionPolicy", "Retain") == "Delete":
-        md["ownerReferences"] = [owner_reference(job)]
+    if ck.deletion_policy.value == "Delete":
+        md["ownerReferences"] = [owner_reference(KIND, job.name, job.uid)]
     spec: dict[str, Any] = {
-        "accessModes": list(ck.get("accessModes") or ["ReadWriteMany"]),
-        "resources": {"requests": {"storage": str(ck.get("size", "10Gi"))}},
+        "accessModes": [m.value for m in ck.access_modes],
+        "resources": {"requests": {"storage": str(ck.size)}},
     }
-    if ck.get("storageClassName"):
-        spec["storageClassName"] = ck["storageClassName"]
+    if ck.storage_class_name:
+        spec["storageClassName"] = ck.storage_class_name
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": md, "spec": spec}
 
 
-def checkpoint_claim(job: Mapping[str, Any]) -> str:
+def checkpoint_claim(job: TrainingJobRecord) -> str:
     """The PVC the workers mount: ``spec.checkpoint.existingClaimName`` or ours."""
-    ck = job["spec"].get("checkpoint") or {}
-    return ck.get("existingClaimName") or pvc_name(job["metadata"]["name"])
-
-
-def _gpu_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
-    for c in containers:
-        if c.get("name") in GPU_CONTAINER_NAMES:
-            return c
-    return containers[0]
+    assert job.spec is not None
+    return job.spec.checkpoint.existing_claim_name or pvc_name(job.name)
 
 
 def _set_env(container: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -120,62 +143,56 @@ def _set_env(container: dict[str, Any], env: Mapping[str, str]) -> None:
 
 
 def build_worker_pod(
-    job: Mapping[str, Any],
+    job: TrainingJobRecord,
     *,
     rank: int,
     attempt: int,
-    nodes: Sequence[str],
-    affinity: Mapping[str, Any],
+    placement: PlacementRecord,
+    levels: Sequence[TopologyLevel] = (),
     gpu_resource: str = "nvidia.com/gpu",
     tolerations: Sequence[Mapping[str, Any]] = (),
-    pool: str | None = None,
     last_checkpoint: Mapping[str, Any] | None = None,
-    gated: bool = True,
 ) -> dict[str, Any]:
-    """One worker pod of a gang.
+    """One worker pod of a gang, already placed.
 
     Args:
-        job: the TrainingJob body (defaults applied by the API server).
-        rank: 0..replicas-1; rank ``r`` is pinned to ``nodes[r]`` by ``affinity``.
-        attempt: the gang's restart attempt (0 first).
-        nodes: the placement, one node name per rank (rank order).
-        affinity: the ``affinity`` dict for this rank (see ``placement.node_affinity``).
-        gpu_resource: the pool's device-plugin resource, e.g. ``nvidia.com/gpu``.
-        tolerations: the pool's tolerations, appended to the template's.
-        pool: the pool name (a label, for humans and selectors).
+        job: The TrainingJob (its spec parsed, defaults applied).
+        rank: 0..replicas-1; rank ``r`` is pinned to ``placement.nodes[r]``.
+        attempt: The gang's current attempt (0 first).
+        placement: Where the gang runs.
+        levels: The pool's topology levels (to pin the domain label as well).
+        gpu_resource: The pool's device-plugin resource, e.g. ``nvidia.com/gpu``.
+        tolerations: The pool's tolerations, appended to the template's.
         last_checkpoint: ``status.lastCheckpoint`` to hand to the workload, if any.
-        gated: create with our scheduling gate (``kubeforge.io/gang``); the handler lifts it
-            from all ranks together once every pod of the gang exists.
 
     Returns:
         A Pod manifest. ``restartPolicy`` is ``Never``: the operator restarts whole gangs.
+
+    Raises:
+        IndexError: ``rank`` outside the placement.
     """
-    md = job["metadata"]
-    spec = job["spec"]
-    name, ns = md["name"], md["namespace"]
-    replicas = int(spec["replicas"])
-    gpus = int(spec["gpusPerReplica"])
-    template = copy.deepcopy(spec.get("template") or {})
-    tmd = template.get("metadata") or {}
-    pod_spec = template.get("spec") or {}
-    containers = pod_spec.get("containers") or [{"name": "trainer", "image": "busybox"}]
-    pod_spec["containers"] = containers
+    spec = job.spec
+    assert spec is not None
+    name, ns = job.name, job.namespace
+    tmd = copy.deepcopy(spec.template.metadata)
+    pod_spec = copy.deepcopy(spec.template.spec)
+    containers = pod_spec["containers"]
 
-    main = _gpu_container(containers)
+    main_name = main_container([c.get("name") for c in containers])
+    main = next(c for c in containers if c.get("name") == main_name)
     res = main.setdefault("resources", {})
-    res.setdefault("limits", {})[gpu_resource] = str(gpus)
-    res.setdefault("requests", {})[gpu_resource] = str(gpus)
+    res.setdefault("limits", {})[gpu_resource] = str(spec.gpus_per_replica)
+    res.setdefault("requests", {})[gpu_resource] = str(spec.gpus_per_replica)
 
-    master = f"{worker_hostname(name, 0)}.{service_name(name)}.{ns}.svc"
-    ck = spec.get("checkpoint") or {}
-    mount_path = ck.get("mountPath", "/checkpoints")
+    master = master_address(name, ns)
+    mount_path = spec.checkpoint.mount_path
     env = {
-        "PET_NNODES": str(replicas),
-        "PET_NPROC_PER_NODE": str(gpus),
+        "PET_NNODES": str(spec.replicas),
+        "PET_NPROC_PER_NODE": str(spec.gpus_per_replica),
         "PET_NODE_RANK": str(rank),
         "PET_MASTER_ADDR": master,
         "PET_MASTER_PORT": str(MASTER_PORT),
-        "WORLD_SIZE": str(replicas),
+        "WORLD_SIZE": str(spec.replicas),
         "RANK": str(rank),
         "MASTER_ADDR": master,
         "MASTER_PORT": str(MASTER_PORT),
@@ -200,16 +217,18 @@ def build_worker_pod(
     ]
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_hostname(name, rank)
-    pod_spec["subdomain"] = service_name(name)
-    pod_spec["affinity"] = {**(pod_spec.get("affinity") or {}), **copy.deepcopy(dict(affinity))}
+    pod_spec["subdomain"] = WORKERS_SERVICE
+    known = placement.level in {lv.name for lv in levels}  # a pool edit may have dropped the level
+    pinned = Placement(placement.level if known else None, placement.domain if known else None,
+                       placement.nodes, {}, placement.reason)
+    affinity = dict(pod_spec.get("affinity") or {})
+    affinity["nodeAffinity"] = node_affinity(pinned, rank, levels, affinity.get("nodeAffinity"))
+    pod_spec["affinity"] = affinity
     pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
-    if gated:
-        pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
 
-    labels = {**(tmd.get("labels") or {}), **job_labels(name), REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt)}
-    if pool:
-        labels[POOL_LABEL] = pool
-    annotations = {**(tmd.get("annotations") or {}), ASSIGNED_NODE: nodes[rank]}
+    labels = {**(tmd.get("labels") or {}), **job_labels(name), ROLE_LABEL: WORKER_ROLE,
+              REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt), POOL_LABEL: placement.pool}
+    annotations = {**(tmd.get("annotations") or {}), ASSIGNED_NODE: placement.nodes[rank]}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -218,7 +237,7 @@ def build_worker_pod(
             "namespace": ns,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [owner_reference(job)],
+            "ownerReferences": [owner_reference(KIND, name, job.uid)],
         },
         "spec": pod_spec,
     }

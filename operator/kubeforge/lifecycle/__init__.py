@@ -1,17 +1,21 @@
-"""Pure lifecycle decisions: what a TrainingJob needs next, from what exists and ``now``."""
+"""kubeforge.lifecycle: the TrainingJob state machine, pure.
 
-from kubeforge.lifecycle.training import (
-    NodeView,
-    PodView,
-    TrainingPlan,
-    current_pool,
-    interruption_reason,
-    plan_training,
-    pod_view,
-    restart_attempt,
+``plan_training(job, ctx)`` composes one policy per concern (suspend, admission, spec change,
+refused creates, disruption, failure, success, startup, progress) into a
+:class:`TrainingPlan`; nothing here does I/O, and ``now`` comes in with the context.
+"""
+
+from kubeforge.lifecycle._accounting import backoff, checkpoint_from
+from kubeforge.lifecycle._disruption import disruption_reasons
+from kubeforge.lifecycle._outcome import KUBELET_REJECTIONS, rejected_by_kubelet
+from kubeforge.lifecycle._plan import (
+    GPU_HOURS_FOLD_SECONDS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, StatusDraft,
+    TrainingContext, TrainingPlan,
 )
+from kubeforge.lifecycle._training import plan_training
 
 __all__ = [
-    "NodeView", "PodView", "TrainingPlan", "current_pool",
-    "interruption_reason", "plan_training", "pod_view", "restart_attempt",
+    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "WAIT_MESSAGE_REFRESH_SECONDS",
+    "CreateError", "StatusDraft", "TrainingContext", "TrainingPlan", "backoff", "checkpoint_from",
+    "disruption_reasons", "plan_training", "rejected_by_kubelet",
 ]

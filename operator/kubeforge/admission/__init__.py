@@ -1,0 +1,25 @@
+"""kubeforge.admission: the pure core of admission and GPU accounting.
+
+A :class:`Snapshot` of what exists, one :class:`Ledger` per GPU resource
+(:func:`build_ledger`: placements are assumed until pods show them, as Kueue's cache does),
+the per-pool placement view (:func:`pool_view`), and one decision for the whole cluster,
+:func:`plan_admission`, for gangs and serving replicas alike. No I/O; ``now`` is a parameter.
+"""
+
+from kubeforge.admission._ledger import Ledger, WorkloadKey, build_ledger, build_ledgers
+from kubeforge.admission._plan import (
+    BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionPlan, Serve, Wait, awaiting_admission, candidate_pools,
+    first_pool_index, gang_request, plan_admission, queued_since,
+)
+from kubeforge.admission._pools import PoolView, pool_members, pool_view
+from kubeforge.admission._status import pool_status
+from kubeforge.admission._snapshot import (
+    TERMINAL_JOB_PHASES, JobView, Snapshot, pool_capacity_type, pool_resource,
+)
+
+__all__ = [
+    "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionPlan", "JobView", "Ledger",
+    "PoolView", "Serve", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
+    "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",
+    "pool_capacity_type", "pool_members", "pool_resource", "pool_status", "pool_view", "queued_since",
+]

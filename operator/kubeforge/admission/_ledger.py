@@ -1,0 +1,91 @@
+"""The one GPU ledger: who holds which GPUs on which node.
+
+Kueue's cache in miniature. Admitted work is *assumed*: a TrainingJob's placement holds its
+GPUs on its nodes from the moment it is decided (``status.placement``, or an assumed placement
+not yet written), whether or not its pods exist or are bound, so two gangs are never promised
+the same GPUs while pods are being created, and the ledger is rebuilt after a restart from what
+the API server keeps (placements in status, pods). Every other non-terminal pod that requests
+the resource and is bound to (or assigned to) a node holds its request there: InferenceService
+replicas, other workloads, and a job's pods of an older attempt that are still terminating. A
+job's pods of its current attempt are counted through the placement, never twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource
+
+WorkloadKey = tuple[str, str, str]
+"""(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)`` or
+``("Pod", ns, name)`` for pods of neither."""
+
+
+@dataclass
+class Ledger:
+    """GPUs held per node for one GPU resource, and by whom.
+
+    Attributes:
+        resource: The extended resource counted, e.g. ``nvidia.com/gpu``.
+        per_node: Node name -> GPUs held there.
+        per_workload: Workload -> {node -> GPUs}.
+    """
+
+    resource: str
+    per_node: dict[str, int] = field(default_factory=dict)
+    per_workload: dict[WorkloadKey, dict[str, int]] = field(default_factory=dict)
+
+    def hold(self, who: WorkloadKey, node: str, gpus: int) -> None:
+        """Record ``gpus`` more held by ``who`` on ``node``."""
+        if gpus <= 0:
+            return
+        self.per_node[node] = self.per_node.get(node, 0) + gpus
+        mine = self.per_workload.setdefault(who, {})
+        mine[node] = mine.get(node, 0) + gpus
+
+    def held_by(self, who: WorkloadKey) -> int:
+        """Total GPUs ``who`` holds."""
+        return sum(self.per_workload.get(who, {}).values())
+
+
+def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
+    """The ledger of ``resource`` for ``snapshot`` (see the module docstring for the rules).
+
+    A placement counts under the GPU resource of its pool only (a pool counts only its own
+    ``gpuResourceName``). A placement of a finished or suspended job holds nothing (its
+    placement is cleared in the same status write anyway).
+    """
+    led = Ledger(resource)
+    covered: dict[tuple[str, str], int] = {}
+    for job in snapshot.jobs.values():
+        pl = job.placement
+        if pl is None or job.phase in TERMINAL_JOB_PHASES or job.record.spec is None:
+            continue
+        if pool_resource(snapshot.pools.get(pl.pool)) != resource:
+            continue
+        per = job.record.spec.gpus_per_replica
+        who = ("TrainingJob",) + job.key
+        for node in pl.nodes:
+            led.hold(who, node, per)
+        covered[job.key] = job.attempt
+    for pod in snapshot.pods:
+        gpus = pod.requests.get(resource, 0)
+        node = pod.where
+        if not gpus or node is None or pod.terminal:
+            continue
+        if pod.job is not None and covered.get((pod.namespace, pod.job)) == pod.attempt:
+            continue  # counted through its job's placement
+        if pod.service is not None:
+            who: WorkloadKey = ("InferenceService", pod.namespace, pod.service)
+        elif pod.job is not None:
+            who = ("TrainingJob", pod.namespace, pod.job)
+        else:
+            who = ("Pod", pod.namespace, pod.name)
+        led.hold(who, node, gpus)
+    return led
+
+
+def build_ledgers(snapshot: Snapshot) -> dict[str, Ledger]:
+    """One ledger per GPU resource named by the snapshot's pools."""
+    resources = {pool_resource(p) for p in snapshot.pools.values()}
+    return {r: build_ledger(snapshot, r) for r in sorted(resources)}

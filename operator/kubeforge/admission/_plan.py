@@ -1,0 +1,261 @@
+"""One admission decision for the whole cluster: ``plan_admission(snapshot, now) -> plan``.
+
+Per GPU resource, one ledger; per pool, in queue order (priority, then age), every TrainingJob
+waiting for GPUs is placed against the ledger minus everything admitted before it in the same
+round (Kueue's ``BestEffortFIFO``: a gang that does not fit waits and smaller ones behind it
+still run). Then the InferenceService replicas waiting behind the admission gate get a node
+from what is left: serving never takes GPUs promised to a gang whose pods are still being
+created, and gangs, which waited longer, go first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from kubeforge.admission._ledger import Ledger, build_ledgers
+from kubeforge.admission._pools import PoolView, pool_view
+from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
+from kubeforge.api import TrainingJobSpec
+from kubeforge.builders.training import pvc_name
+from kubeforge.objects import ADMISSION_GATE, Key, Pod, condition, condition_time, status_time
+from kubeforge.placement import GangRequest, NodeFilter, NoFit, PendingGang, Placement, place_gang, queue_order
+
+BLOCKED_UNTIL_SPEC_CHANGES = ("InvalidSpec",)
+"""``Admitted=False`` reasons, at the job's current generation, that stop admission until the
+spec changes (the API server or the model refused something only an edit can fix)."""
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A gang admitted: ``placement`` in ``pool`` (rank i on ``placement.nodes[i]``)."""
+
+    key: Key
+    pool: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A gang that waits, and why (reason: CamelCase for the ``Admitted`` condition)."""
+
+    key: Key
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Serve:
+    """A gated serving replica given ``node`` in ``pool``."""
+
+    pod: Key
+    node: str
+    pool: str
+
+
+@dataclass
+class AdmissionPlan:
+    """What one round decided; the runtime applies it and nothing else.
+
+    Attributes:
+        admit: Gangs placed this round.
+        wait: Gangs that wait, with the reason.
+        serve: Serving replicas given a node.
+        ledgers: The ledgers after the round (every admission counted), by resource.
+        views: The pool views the round placed against (before its own admissions).
+    """
+
+    admit: list[Admit] = field(default_factory=list)
+    wait: list[Wait] = field(default_factory=list)
+    serve: list[Serve] = field(default_factory=list)
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
+    views: dict[str, PoolView] = field(default_factory=dict)
+
+
+def awaiting_admission(job: JobView, now: float) -> bool:
+    """Whether a TrainingJob is waiting for GPUs now: a valid spec, not suspended, being
+    deleted or finished, holding no placement, past its backoff (``restartNotBefore``), and
+    not blocked until its spec changes."""
+    rec = job.record
+    if rec.deleting or rec.spec is None or rec.spec.suspend:
+        return False
+    if job.phase in ("Succeeded", "Failed") or job.placement is not None:
+        return False
+    not_before = status_time(job.status, "restartNotBefore")
+    if not_before is not None and not_before > now:
+        return False
+    adm = condition(job.status, "Admitted")
+    if adm and adm.get("status") == "False" and adm.get("reason") in BLOCKED_UNTIL_SPEC_CHANGES \
+            and adm.get("observedGeneration") == rec.generation:
+        return False
+    return True
+
+
+def gang_request(spec: TrainingJobSpec) -> GangRequest:
+    """The placement request of a job: its shape, topology, and the template's own
+    tolerations and node constraints (so the nodes chosen are ones kube-scheduler accepts)."""
+    tmpl = spec.template.spec
+    mode = spec.topology.mode.value
+    return GangRequest(
+        replicas=spec.replicas,
+        gpus_per_replica=spec.gpus_per_replica,
+        mode=mode,  # type: ignore[arg-type]
+        level=spec.topology.level if mode != "None" else None,
+        tolerations=tuple(tmpl.get("tolerations") or ()),
+        node_filter=NodeFilter.from_pod_spec(tmpl),
+    )
+
+
+def queued_since(job: JobView) -> float:
+    """When the job started waiting: the last time ``Admitted`` turned False, else creation."""
+    adm = condition(job.status, "Admitted")
+    if adm and adm.get("status") == "False":
+        return condition_time(job.status, "Admitted") or job.record.created
+    return job.record.created
+
+
+def first_pool_index(spec: TrainingJobSpec, status: Mapping) -> int:
+    """Index in ``spec.pools`` where the job starts looking: it moves one pool down every
+    ``failurePolicy.preemptionsBeforeFallback`` preemptions (0 counts as 1: the first
+    preemption moves it), capped at the last pool."""
+    per_pool = max(1, spec.failure_policy.preemptions_before_fallback)
+    pre = int((status.get("restarts") or {}).get("preemptions", 0))
+    return min(pre // per_pool, len(spec.pools) - 1)
+
+
+def candidate_pools(job: JobView, now: float) -> list[str]:
+    """The pools a waiting job may be placed in now, in order: from :func:`first_pool_index`,
+    one more every ``fallbackAfterSeconds`` of waiting (0: all of them at once)."""
+    spec = job.record.spec
+    assert spec is not None
+    start = first_pool_index(spec, job.status)
+    rest = len(spec.pools) - 1 - start
+    if spec.fallback_after_seconds == 0:
+        extra = rest
+    else:
+        extra = min(rest, int(max(0.0, now - queued_since(job)) // spec.fallback_after_seconds))
+    return list(spec.pools[start:start + extra + 1])
+
+
+def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
+    """A job whose checkpoint volume can never bind waits without holding GPUs."""
+    spec = job.record.spec
+    assert spec is not None
+    ns = job.record.namespace
+    ck = spec.checkpoint
+    if ck.existing_claim_name:
+        if (ns, ck.existing_claim_name) not in snapshot.claims:
+            return Wait(job.key, "ClaimNotFound",
+                        f"checkpoint.existingClaimName: PersistentVolumeClaim {ck.existing_claim_name!r} "
+                        f"does not exist in namespace {ns}")
+        return None
+    if (ns, pvc_name(job.record.name)) in snapshot.claims:
+        return None  # made earlier (a restart): it exists, whatever its class
+    if ck.storage_class_name and ck.storage_class_name not in snapshot.storage_classes:
+        return Wait(job.key, "StorageClassNotFound",
+                    f"checkpoint.storageClassName: StorageClass {ck.storage_class_name!r} does not exist")
+    return None
+
+
+def _place_job(job: JobView, request: GangRequest, views: dict[str, PoolView],
+               taken: dict[str, dict[str, int]], now: float) -> Admit | Wait:
+    spec = job.record.spec
+    assert spec is not None
+    notes: list[str] = []
+    permanent_everywhere = True
+    tried_all = False
+    pools = list(spec.pools)
+    allowed = candidate_pools(job, now)
+    start = pools.index(allowed[0])
+    for i in range(start, len(pools)):
+        name = pools[i]
+        if name not in allowed and not permanent_everywhere:
+            break  # waits for fallbackAfterSeconds before trying the next pool
+        tried_all = i == len(pools) - 1
+        view = views.get(name)
+        if view is None:
+            notes.append(f"GPUPool {name!r} does not exist")
+            continue
+        result = place_gang(request, view.nodes, view.levels, taken[view.resource])
+        if isinstance(result, Placement):
+            for node, gpus in result.gpus_by_node.items():
+                taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus
+            return Admit(job.key, name, result)
+        nofit: NoFit = result
+        permanent_everywhere = permanent_everywhere and nofit.permanent
+        notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
+    if all(n.startswith("GPUPool ") for n in notes):
+        return Wait(job.key, "PoolNotFound", "; ".join(notes))
+    reason = "Unschedulable" if permanent_everywhere and tried_all else "WaitingForCapacity"
+    return Wait(job.key, reason, "; ".join(notes))
+
+
+def _serving_request(snapshot: Snapshot, pod: Pod, view: PoolView) -> GangRequest | None:
+    svc = snapshot.services.get((pod.namespace, pod.service or ""))
+    if svc is None or svc.spec is None:
+        return None
+    spec = svc.spec
+    tmpl = spec.template.spec
+    nf = NodeFilter.from_pod_spec(tmpl)
+    level = spec.topology.level if spec.topology.mode.value == "Required" else None
+    label = next((lv.node_label for lv in view.levels if lv.name == level), None) if level else None
+    if label is not None:  # each replica's node must belong to a domain of that level
+        extra = {"matchExpressions": [{"key": label, "operator": "Exists"}]}
+        terms = tuple({**t, "matchExpressions": list(t.get("matchExpressions") or []) + extra["matchExpressions"]}
+                      for t in (nf.terms if nf and nf.terms else ({},)))
+        nf = NodeFilter(nf.node_selector if nf else (), terms)
+    return GangRequest(1, spec.gpus_per_replica, mode="None",
+                       tolerations=tuple(tmpl.get("tolerations") or ()), node_filter=nf)
+
+
+def plan_admission(snapshot: Snapshot, now: float) -> AdmissionPlan:
+    """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
+    node; see the module docstring for the order and the rules.
+
+    Args:
+        snapshot: What exists (pools, nodes, GPU pods, jobs with their effective status and
+            assumed placements, services, storage classes, claims).
+        now: Unix seconds.
+
+    Returns:
+        An :class:`AdmissionPlan`; deciding changes nothing in ``snapshot``.
+    """
+    plan = AdmissionPlan(ledgers=build_ledgers(snapshot))
+    for name, pool in snapshot.pools.items():
+        plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node)
+    taken: dict[str, dict[str, int]] = {r: {} for r in plan.ledgers}
+
+    by_key: dict[str, JobView] = {}
+    queue = []
+    for job in snapshot.jobs.values():
+        if awaiting_admission(job, now):
+            k = f"{job.key[0]}/{job.key[1]}"
+            by_key[k] = job
+            queue.append(PendingGang(k, gang_request(job.record.spec), job.record.spec.priority,  # type: ignore[union-attr]
+                                     job.record.created))
+    for pending in queue_order(queue):
+        job = by_key[pending.key]
+        blocked = _storage_wait(job, snapshot)
+        decision = blocked or _place_job(job, pending.request, plan.views, taken, now)
+        (plan.admit if isinstance(decision, Admit) else plan.wait).append(decision)  # type: ignore[arg-type]
+
+    gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool),
+                   key=lambda p: (p.created, p.namespace, p.name))
+    for pod in gated:
+        view = plan.views.get(pod.pool or "")
+        if view is None:
+            continue
+        request = _serving_request(snapshot, pod, view)
+        if request is None:
+            continue
+        result = place_gang(request, view.nodes, view.levels, taken[view.resource])
+        if isinstance(result, Placement):
+            node = result.nodes[0]
+            taken[view.resource][node] = taken[view.resource].get(node, 0) + request.gpus_per_replica
+            plan.serve.append(Serve((pod.namespace, pod.name), node, view.name))
+
+    for resource, extra in taken.items():
+        led = plan.ledgers[resource]
+        for node, gpus in extra.items():
+            led.per_node[node] = led.per_node.get(node, 0) + gpus
+    return plan

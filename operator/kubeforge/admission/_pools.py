@@ -1,0 +1,75 @@
+"""A GPUPool as placement sees it: its nodes (with the GPUs the ledger says are held) and its
+topology levels. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
+from kubeforge.objects import Node, PoolRecord
+from kubeforge.placement import NodeInfo, TopologyLevel, detect_levels, node_info
+from kubeforge.selectors import selector_matches
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One GPUPool, ready for placement and for its status.
+
+    Attributes:
+        name: The pool's name.
+        record: The pool object.
+        resource: Its GPU resource name.
+        nodes: Its nodes as :class:`~kubeforge.placement.NodeInfo`, sorted by name, with the
+            ledger's allocated GPUs.
+        levels: Topology levels, narrowest first.
+        levels_source: ``"Spec"`` or ``"Detected"``.
+        tolerations: The pool's tolerations (core/v1 dicts), added to every pod placed in it.
+        price: ``spec.pricePerGPUHour`` or None.
+    """
+
+    name: str
+    record: PoolRecord
+    resource: str
+    nodes: tuple[NodeInfo, ...]
+    levels: tuple[TopologyLevel, ...]
+    levels_source: str
+    tolerations: tuple[Mapping[str, Any], ...] = field(default=())
+    price: float | None = None
+
+
+def pool_members(pool: PoolRecord, nodes: Mapping[str, Node]) -> list[Node]:
+    """The nodes ``pool`` selects, by name. An empty ``nodeSelector`` selects every node that
+    has the pool's GPU resource (as the API documents); a pool whose spec does not parse
+    selects nothing."""
+    if pool.spec is None:
+        return []
+    selector = pool.spec.node_selector.to_dict()
+    resource = pool.spec.gpu_resource_name
+    out = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        if not selector:
+            if resource in node.capacity or resource in node.allocatable:
+                out.append(node)
+        elif selector_matches(selector, node.labels):
+            out.append(node)
+    return out
+
+
+def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[str, int]) -> PoolView:
+    """Build the :class:`PoolView` of ``pool`` from the cluster's nodes and the ledger's
+    GPUs held per node (``allocated``)."""
+    tolerations = tuple(t.to_dict() for t in pool.spec.tolerations) if pool.spec else ()
+    capacity = pool_capacity_type(pool)
+    resource = pool_resource(pool)
+    infos = tuple(node_info(n, resource, allocated.get(n.name, 0), tolerations, capacity)  # type: ignore[arg-type]
+                  for n in pool_members(pool, nodes))
+    if pool.spec is not None and pool.spec.topology_levels:
+        levels = tuple(TopologyLevel(lv.name, lv.node_label) for lv in pool.spec.topology_levels)
+        source = "Spec"
+    else:
+        levels = tuple(detect_levels(infos))
+        source = "Detected"
+    price = pool.spec.price_per_gpu_hour if pool.spec else None
+    return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price)

@@ -1,0 +1,88 @@
+"""The cluster snapshot the admission core plans over: plain data, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType
+from kubeforge.objects import (
+    InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, TrainingJobRecord,
+    current_attempt, placement_of,
+)
+
+TERMINAL_JOB_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A TrainingJob as admission sees it.
+
+    Attributes:
+        record: The job as the index holds it.
+        status: Its effective status: the index's, or this process's last write when the
+            index has not caught up with it yet.
+        assumed: A placement this process decided and has not yet seen in ``status`` (Kueue's
+            "assumed" workload): it holds GPUs in the ledger from the moment it is decided.
+    """
+
+    record: TrainingJobRecord
+    status: Mapping[str, Any]
+    assumed: PlacementRecord | None = None
+
+    @property
+    def key(self) -> Key:
+        return self.record.key
+
+    @property
+    def placement(self) -> PlacementRecord | None:
+        """The placement that holds GPUs: the one in status, else the assumed one."""
+        return placement_of(self.status) or self.assumed
+
+    @property
+    def attempt(self) -> int:
+        return current_attempt(self.status)
+
+    @property
+    def phase(self) -> str:
+        return str(self.status.get("phase") or "Pending")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one admission round reads, as plain data.
+
+    Attributes:
+        pools: GPUPools by name.
+        nodes: Nodes by name (every node; pools select theirs).
+        pods: Pods that request an extended resource and are not terminal, any namespace,
+            kubeforge's and everyone else's.
+        jobs: TrainingJobs by key.
+        services: InferenceServices by key.
+        storage_classes: StorageClass names that exist.
+        claims: PersistentVolumeClaims that exist, by key, with their phase.
+    """
+
+    pools: Mapping[str, PoolRecord] = field(default_factory=dict)
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    pods: Sequence[Pod] = ()
+    jobs: Mapping[Key, JobView] = field(default_factory=dict)
+    services: Mapping[Key, InferenceServiceRecord] = field(default_factory=dict)
+    storage_classes: frozenset[str] = frozenset()
+    claims: Mapping[Key, str] = field(default_factory=dict)
+
+
+def pool_resource(pool: PoolRecord | None) -> str:
+    """The GPU resource a pool counts (``spec.gpuResourceName``; the API default when the
+    pool is missing or its spec does not parse)."""
+    if pool is None or pool.spec is None:
+        return DEFAULT_GPU_RESOURCE_NAME
+    return pool.spec.gpu_resource_name
+
+
+def pool_capacity_type(pool: PoolRecord) -> str | None:
+    """``"spot"`` / ``"on-demand"`` when the pool's ``spec.capacityType`` fixes it, None for
+    Auto (detected per node)."""
+    if pool.spec is None or pool.spec.capacity_type == CapacityType.AUTO:
+        return None
+    return "spot" if pool.spec.capacity_type == CapacityType.SPOT else "on-demand"

@@ -1,0 +1,49 @@
+"""The job's side of admission: write the placement admission decided, or why it waits."""
+
+from __future__ import annotations
+
+from kubeforge.lifecycle._plan import WAIT_MESSAGE_REFRESH_SECONDS, StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.objects import condition
+
+
+def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
+    """For a job holding no placement.
+
+    With an assumed placement (admission placed it; see :mod:`kubeforge.admission`), write it
+    to ``status.placement`` with ``Admitted=True`` and go on (returns False): the same decision
+    creates the pods. Otherwise the job waits (returns True): ``Admitted=False`` says why
+    (rewritten when the reason changes, the message at most every
+    WAIT_MESSAGE_REFRESH_SECONDS), with a Warning Event when the reason changes.
+    """
+    if ctx.assumed is not None:
+        pl = ctx.assumed
+        d.set(placement={
+            "pool": pl.pool, "level": pl.level, "domain": pl.domain, "nodes": list(pl.nodes),
+            "reason": pl.reason, "admittedAt": d.stamp(ctx.now), "specHash": ctx.spec_hash,
+        }, restartNotBefore=None)
+        if not d.get("restarts"):
+            d.set(restarts=d.restarts)  # all three counters on record from the first admission
+        if d.phase != "Restarting":
+            d.set(phase="Pending")
+        d.condition("Admitted", True, "Placed", pl.reason)
+        where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
+        plan.events.append(("Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}"))
+        plan.forget_assumed = True
+        return False
+    if d.get("phase") not in ("Pending", "Restarting"):
+        d.set(phase="Pending")
+    not_before = d.time("restartNotBefore")
+    if not_before is not None and not_before > ctx.now:
+        plan.requeue(not_before - ctx.now)
+    if ctx.waiting is not None:
+        reason, message = ctx.waiting
+        old = condition(d.old, "Admitted")
+        same = bool(old and old.get("status") == "False" and old.get("reason") == reason)
+        fresh = old is not None and old.get("message") == message
+        if not same or (not fresh and ctx.now - ctx.last_wait_write >= WAIT_MESSAGE_REFRESH_SECONDS):
+            d.condition("Admitted", False, reason, message)
+            plan.wrote_wait = True
+            if not same:
+                d.condition("Ready", False, "NotAdmitted", "waiting for admission")
+                plan.events.append(("Warning", reason, message))
+    return True

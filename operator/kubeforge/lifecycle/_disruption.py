@@ -1,0 +1,80 @@
+"""Disruption: the gang lost a worker to something other than its own failure.
+
+A disruption restarts the whole gang from its last checkpoint, counted in
+``restarts.preemptions`` (never against ``maxRestarts``), up to ``maxPreemptions``. Signals:
+
+- a pod with condition ``DisruptionTarget=True``, any reason (``PreemptionByScheduler``,
+  ``DeletionByTaintManager``, ``EvictionByEvictionAPI``, ``DeletionByPodGC``,
+  ``TerminationByKubelet``);
+- a worker ``Failed`` with ``status.reason`` ``Evicted`` (kubelet node-pressure eviction);
+- a worker of the current attempt being deleted by someone else (kubeforge writes a new
+  attempt before it deletes pods, so its own deletions never count);
+- once the gang ran, a rank whose pod is gone;
+- a node of the placement that :func:`kubeforge.objects.interruption_reason` says is lost:
+  an interruption taint, gone, NotReady past the grace period.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._stop import stop_gang
+from kubeforge.objects import Pod, interruption_reason, not_ready_wait
+
+EVICTION_REASONS = ("Evicted", "Preempting")
+
+
+def disruption_reasons(d: StatusDraft, ctx: TrainingContext, current: Sequence[Pod], plan: TrainingPlan) -> list[str]:
+    """Why the current gang is disrupted (empty: it is not). Asks for a requeue when a node
+    of the placement is NotReady but still inside its grace period."""
+    reasons = []
+    ranks = {p.rank for p in current}
+    for p in current:
+        if p.disruption:
+            reasons.append(f"pod {p.name}: DisruptionTarget ({p.disruption})")
+        elif p.phase == "Failed" and p.reason in EVICTION_REASONS:
+            reasons.append(f"pod {p.name} {p.reason}")
+        elif p.deleting and not p.terminal:
+            reasons.append(f"pod {p.name} deleted")
+    if d.phase == "Running":
+        reasons += [f"rank {r}'s pod disappeared from the running gang" for r in range(d.spec.replicas) if r not in ranks]
+    pl = d.placement
+    for node in sorted(set(pl.nodes) if pl else ()):
+        view = ctx.nodes.get(node)
+        why = interruption_reason(view, node, ctx.now, ctx.not_ready_grace)
+        if why:
+            reasons.append(why)
+        elif view is not None:
+            wait = not_ready_wait(view, ctx.now, ctx.not_ready_grace)
+            if wait is not None:
+                plan.requeue(wait)
+    return sorted(set(reasons))
+
+
+def disruption_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> bool:
+    """Restart the gang as a preemption when it is disrupted (unless every worker already
+    succeeded); past ``maxPreemptions`` the job is Failed (``PreemptionLimitExceeded``)."""
+    reasons = disruption_reasons(d, ctx, current, plan)
+    done = len(current) == d.spec.replicas and all(p.phase == "Succeeded" for p in current)
+    if not reasons or done:
+        return False
+    restarts = d.restarts
+    restarts["preemptions"] += 1
+    msg = "; ".join(reasons[:5])
+    limit = d.spec.failure_policy.max_preemptions
+    d.set(restarts=restarts)
+    if restarts["preemptions"] > limit:
+        why = f"preempted {restarts['preemptions']} times, more than maxPreemptions {limit}: {msg}"
+        d.condition("Failed", True, "PreemptionLimitExceeded", why)
+        d.condition("Running", False, "Failed", why)
+        d.condition("Ready", False, "Failed", why)
+        stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", why))
+        return True
+    d.condition("Preempted", True, "Preempted", msg)
+    d.condition("Running", False, "Preempted", "gang stopped to checkpoint and move")
+    d.condition("Ready", False, "Preempted", "gang stopped to checkpoint and move")
+    d.condition("Admitted", False, "Preempted", "waiting to be placed again away from the lost nodes")
+    stop_gang(d, ctx, plan, phase="Restarting",
+              event=("Warning", "Preempted", f"restarting the gang (preemption {restarts['preemptions']}): {msg}"))
+    return True

@@ -1,0 +1,182 @@
+"""The inputs and the output of one TrainingJob decision, and the status being built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kubeforge.api import TrainingJobSpec
+from kubeforge.builders.common import rfc3339, set_condition
+from kubeforge.objects import (
+    DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
+    status_time,
+)
+
+SCHEDULE_TIMEOUT = 30.0
+"""Seconds a created worker may stay Unschedulable (for a reason other than its volumes)
+before the gang's placement counts as lost: something outside kubeforge took its GPUs."""
+
+GPU_HOURS_FOLD_SECONDS = 60.0
+"""``status.gpuHours`` of a running job is brought up to date at most this often."""
+
+WAIT_MESSAGE_REFRESH_SECONDS = 10.0
+"""A waiting job's message (how many GPUs short) is rewritten at most this often while its
+reason stays the same."""
+
+
+@dataclass(frozen=True)
+class CreateError:
+    """The API server refused to create one of the gang's objects.
+
+    Attributes:
+        attempt: The attempt whose object it was.
+        kind: ``Pod``, ``PersistentVolumeClaim`` or ``Service``.
+        name: The object's name.
+        code: The HTTP status (422, 403, 400, ...).
+        message: The server's message (Kubernetes' own status message, not a response body
+            from elsewhere).
+    """
+
+    attempt: int
+    kind: str
+    name: str
+    code: int
+    message: str
+
+    @property
+    def needs_spec_change(self) -> bool:
+        """422 Invalid and 400 BadRequest: only an edit of the spec can fix the object."""
+        return self.code in (400, 422)
+
+
+@dataclass(frozen=True)
+class TrainingContext:
+    """What the decision reads besides the job: its pods, their nodes, and what this process
+    knows that the API server does not show yet.
+
+    Attributes:
+        now: Unix seconds.
+        pods: Every pod of the job, any attempt.
+        nodes: Nodes by name (those of the placement and the pods at least); a node missing
+            here is treated as deleted.
+        assumed: A placement admission decided and that is not in ``status`` yet.
+        waiting: Admission's ``(reason, message)`` for a job that waits, or None.
+        last_wait_write: When the waiting message was last written (unix seconds).
+        pool_prices: ``pricePerGPUHour`` by pool name (None: no price).
+        create_error: A create the API server refused for the current attempt, or None.
+        spec_hash: :func:`kubeforge.builders.training.spec_hash` of the current spec.
+        not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
+        schedule_timeout: See :data:`SCHEDULE_TIMEOUT`.
+    """
+
+    now: float
+    pods: Sequence[Pod] = ()
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    assumed: PlacementRecord | None = None
+    waiting: tuple[str, str] | None = None
+    last_wait_write: float = 0.0
+    pool_prices: Mapping[str, float | None] = field(default_factory=dict)
+    create_error: CreateError | None = None
+    spec_hash: str = ""
+    not_ready_grace: float = DEFAULT_NOT_READY_GRACE
+    schedule_timeout: float = SCHEDULE_TIMEOUT
+
+
+@dataclass
+class TrainingPlan:
+    """What a reconcile applies, in this order: the status write (which carries a new attempt
+    before any pod of the old one is deleted, so no deletion of ours ever looks like someone
+    else's), deletes, then creates (volume claim and Service first), then Events.
+
+    Attributes:
+        status: Merge patch for ``.status``, or None when nothing changes.
+        delete_pods: Pod names to delete.
+        delete_grace_seconds: Grace period for those deletes (None: the pods' own, so the
+            workload gets SIGTERM and can checkpoint).
+        create_ranks: Ranks whose pods to create (for the placement in the written status).
+        ensure_claim: Create the checkpoint PVC if absent.
+        ensure_service: Create the namespace's workers Service if absent.
+        ungate: Pod names whose (legacy) gang gate to lift.
+        events: ``(type, reason, message)`` to post.
+        release: The job's GPUs go back to the pool (admission should run).
+        requeue_after: Seconds until the next reconcile is needed, or None.
+        forget_assumed: The assumed placement is written (or abandoned): drop it.
+        wrote_wait: The waiting message is part of ``status``.
+    """
+
+    status: dict[str, Any] | None = None
+    delete_pods: list[str] = field(default_factory=list)
+    delete_grace_seconds: int | None = None
+    create_ranks: list[int] = field(default_factory=list)
+    ensure_claim: bool = False
+    ensure_service: bool = False
+    ungate: list[str] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    release: bool = False
+    requeue_after: float | None = None
+    forget_assumed: bool = False
+    wrote_wait: bool = False
+
+    def requeue(self, seconds: float) -> None:
+        """Ask for a reconcile in ``seconds`` at the latest."""
+        seconds = max(0.0, seconds)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+class StatusDraft:
+    """The status being decided: reads see the changes made so far; :attr:`patch` holds them.
+
+    Conditions follow metav1.Condition semantics through
+    :func:`kubeforge.builders.common.set_condition` (the transition time moves only when the
+    status does) and carry the job's generation.
+    """
+
+    def __init__(self, job: TrainingJobRecord, now: float):
+        self.job = job
+        self.now = now
+        self.old: Mapping[str, Any] = job.status
+        self.patch: dict[str, Any] = {}
+
+    @property
+    def spec(self) -> TrainingJobSpec:
+        assert self.job.spec is not None
+        return self.job.spec
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.patch[name] if name in self.patch else self.old.get(name, default)
+
+    def set(self, **fields: Any) -> None:
+        self.patch.update(fields)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.patch["conditions"] = set_condition(self.get("conditions"), type_, status, reason, message,
+                                                 self.now, self.job.generation)
+
+    @property
+    def phase(self) -> str:
+        return str(self.get("phase") or "Pending")
+
+    @property
+    def attempt(self) -> int:
+        return current_attempt({**self.old, **self.patch})
+
+    @property
+    def placement(self) -> PlacementRecord | None:
+        return placement_of({"placement": self.get("placement")})
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        r = dict(self.get("restarts") or {})
+        for k in ("failures", "preemptions", "startupFailures"):
+            r.setdefault(k, 0)
+        return r
+
+    def time(self, name: str) -> float | None:
+        return status_time({name: self.get(name)}, name)
+
+    def result(self) -> dict[str, Any] | None:
+        """The patch, or None when it changes nothing."""
+        return {k: v for k, v in self.patch.items()} or None
+
+    def stamp(self, ts: float) -> str:
+        return rfc3339(ts)

@@ -1,0 +1,49 @@
+"""A placed gang making progress: create what is missing, notice when every worker runs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kubeforge.lifecycle._accounting import maybe_fold
+from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.objects import GANG_GATE, Pod, condition
+
+
+def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> None:
+    """Create the ranks that have no pod (with the volume claim and the workers Service first),
+    lift a legacy gang gate, and once every worker runs set phase Running with the ``Running``
+    and ``Ready`` conditions (``kubectl wait --for=condition=Ready``). Worker counts are
+    written along with any other change (not once per pod: a gang's start is one status write)."""
+    pl = d.placement
+    assert pl is not None
+    replicas = d.spec.replicas
+    present = {p.rank for p in current}
+    plan.create_ranks = [r for r in range(min(replicas, len(pl.nodes))) if r not in present]
+    if plan.create_ranks:
+        plan.ensure_claim = not d.spec.checkpoint.existing_claim_name
+        plan.ensure_service = True
+    else:
+        plan.ungate = sorted(p.name for p in current if GANG_GATE in p.gates)
+    running = sum(1 for p in current if p.phase == "Running")
+    if running == replicas and d.phase != "Running":
+        where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
+        d.set(phase="Running", startTime=d.get("startTime") or d.stamp(ctx.now))
+        if not d.get("runningSince"):
+            d.set(runningSince=d.stamp(ctx.now))
+        msg = f"{replicas} workers running on {len(set(pl.nodes))} nodes in {where}"
+        d.condition("Running", True, "AllWorkersRunning", msg)
+        d.condition("Ready", True, "AllWorkersRunning", msg)
+        pre = condition({"conditions": d.get("conditions")}, "Preempted")
+        if pre and pre.get("status") == "True":
+            d.condition("Preempted", False, "Recovered", f"gang running again after: {pre.get('message', '')}")
+        plan.events.append(("Normal", "Running", f"all {replicas} workers running in {where}"))
+    maybe_fold(d, ctx)
+    if d.patch:
+        counts = {
+            "active": sum(1 for p in current if p.phase in ("Pending", "Running")),
+            "ready": sum(1 for p in current if p.ready),
+            "succeeded": sum(1 for p in current if p.phase == "Succeeded"),
+            "failed": sum(1 for p in current if p.phase == "Failed"),
+        }
+        if counts != d.get("replicas"):
+            d.set(replicas=counts)

@@ -1,0 +1,152 @@
+"""Starting a gang: a spec that changed under it, creates the API server refused, a placement
+lost to another pod, and the startup timeout (Kueue's ``waitForPodsReady``).
+
+Every path here ends the attempt, releases its GPUs at once and says why in the ``Admitted``
+condition and a Warning Event: a gang never holds GPUs without running pods past its timeout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from kubeforge.lifecycle._accounting import backoff
+from kubeforge.lifecycle._outcome import rejected_by_kubelet
+from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._stop import stop_gang
+from kubeforge.objects import Pod, status_time
+
+_CAMEL = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def _waits_for_volume(message: str | None) -> bool:
+    """kube-scheduler holds the pod for its volumes (an unbound claim, a claim not found yet):
+    the GPUs are still ours, the storage is slow; the startup timeout covers it."""
+    m = (message or "").lower()
+    return "persistentvolumeclaim" in m or "volume" in m
+
+
+def spec_change_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
+    """The spec's replicas, GPUs, topology, pools or template changed since the gang was
+    placed: restart it as a deliberate new attempt with the new spec (reason SpecChanged),
+    counted neither as a failure nor as a preemption."""
+    pl = d.get("placement") or {}
+    old = pl.get("specHash")
+    if not old or not ctx.spec_hash or old == ctx.spec_hash:
+        return False
+    msg = "the spec changed (replicas, gpusPerReplica, topology, pools or template): restarting the gang with it"
+    d.condition("Admitted", False, "SpecChanged", msg)
+    d.condition("Running", False, "SpecChanged", msg)
+    d.condition("Ready", False, "SpecChanged", msg)
+    stop_gang(d, ctx, plan, phase="Pending", event=("Normal", "SpecChanged", msg))
+    return True
+
+
+def startup_failure(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, reason: str, message: str) -> None:
+    """End an attempt that failed to start: requeue after backoff, counted in
+    ``restarts.startupFailures``; past ``maxStartupRetries`` the job is Failed
+    (``StartupRetryLimitExceeded``)."""
+    fp = d.spec.failure_policy
+    restarts = d.restarts
+    if restarts["startupFailures"] >= fp.max_startup_retries:
+        why = f"{message}; {restarts['startupFailures']} startup retries used of maxStartupRetries {fp.max_startup_retries}"
+        d.condition("Failed", True, "StartupRetryLimitExceeded", why)
+        d.condition("Admitted", False, reason, message)
+        d.condition("Running", False, "Failed", why)
+        d.condition("Ready", False, "Failed", why)
+        stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", why))
+        return
+    restarts["startupFailures"] += 1
+    d.set(restarts=restarts)
+    delay = backoff(fp.backoff_seconds, fp.max_backoff_seconds, restarts["startupFailures"])
+    d.condition("Admitted", False, reason, f"{message}; GPUs released, retry {restarts['startupFailures']}/"
+                f"{fp.max_startup_retries} in {delay:.0f}s")
+    d.condition("Running", False, reason, message)
+    d.condition("Ready", False, reason, message)
+    stop_gang(d, ctx, plan, phase="Pending", not_before=ctx.now + delay,
+              event=("Warning", reason, f"{message}; GPUs released, retrying in {delay:.0f}s "
+                     f"({restarts['startupFailures']}/{fp.max_startup_retries})"))
+
+
+def create_error_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
+    """The API server refused a Pod, volume claim or Service of this attempt. 422/400: only an
+    edit can fix it, so the job waits for one (``Admitted=False/InvalidSpec`` at this
+    generation). Anything else (403 from quota, PodSecurity or a webhook): a startup failure,
+    retried with backoff (``CreateFailed``)."""
+    err = ctx.create_error
+    if err is None or err.attempt != d.attempt:
+        return False
+    what = f"the API server refused {err.kind} {err.name} (HTTP {err.code}): {err.message}"
+    if err.needs_spec_change:
+        msg = f"{what}; fix the spec to retry"
+        d.condition("Admitted", False, "InvalidSpec", msg)
+        d.condition("Running", False, "InvalidSpec", msg)
+        d.condition("Ready", False, "InvalidSpec", msg)
+        stop_gang(d, ctx, plan, phase="Pending", event=("Warning", "InvalidSpec", msg))
+        return True
+    startup_failure(d, ctx, plan, "CreateFailed", what)
+    return True
+
+
+def _not_started(current: Sequence[Pod], replicas: int) -> tuple[str, str]:
+    """(reason, message) of a gang that has not started, from its pods: the first stuck
+    container reason (ErrImagePull, ...), else Unschedulable, else StartupTimeout."""
+    by_rank = {p.rank: p for p in current}
+    parts: list[str] = []
+    reason = ""
+    for r in range(replicas):
+        p = by_rank.get(r)
+        if p is None:
+            parts.append(f"rank {r}: no pod")
+        elif p.phase == "Running":
+            continue
+        elif p.waiting:
+            parts.append(f"rank {r}: {p.waiting}")
+            reason = reason or p.waiting.split(":")[0]
+        elif p.unschedulable_message:
+            parts.append(f"rank {r}: Unschedulable: {p.unschedulable_message}")
+            reason = reason or "Unschedulable"
+        else:
+            parts.append(f"rank {r}: {p.phase}" + (f" on node {p.node}" if p.node else " (not bound)"))
+    running = sum(1 for p in current if p.phase == "Running")
+    more = f"; {len(parts) - 3} more" if len(parts) > 3 else ""
+    detail = "; ".join(parts[:3]) + more
+    return (reason if _CAMEL.match(reason or "") else "StartupTimeout",
+            f"{running} of {replicas} workers Running: {detail}")
+
+
+def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> bool:
+    """While the gang is starting: a lost placement (a worker the kubelet refused, or one
+    kube-scheduler cannot bind on its node for ``schedule_timeout`` s for a reason other than
+    its volumes) or the startup timeout (not every worker Running ``startupTimeoutSeconds``
+    after admission) ends the attempt as a startup failure. Otherwise asks to be looked at
+    again when the next of those deadlines passes."""
+    if d.phase == "Running":
+        return False
+    rejected = next((p for p in sorted(current, key=lambda p: p.rank) if rejected_by_kubelet(p)), None)
+    if rejected is not None:
+        startup_failure(d, ctx, plan, "PlacementLost",
+                        f"the kubelet refused pod {rejected.name} on node {rejected.node} ({rejected.reason})")
+        return True
+    stuck = sorted((p for p in current if p.phase == "Pending" and not p.gated and not p.deleting
+                    and p.unschedulable_since is not None and not _waits_for_volume(p.unschedulable_message)),
+                   key=lambda p: p.unschedulable_since or 0.0)
+    if stuck:
+        waited = ctx.now - (stuck[0].unschedulable_since or ctx.now)
+        if waited >= ctx.schedule_timeout:
+            startup_failure(d, ctx, plan, "PlacementLost",
+                            f"pod {stuck[0].name} could not be scheduled on its node for {waited:.0f}s "
+                            f"({stuck[0].unschedulable_message or 'Unschedulable'})")
+            return True
+        plan.requeue(ctx.schedule_timeout - waited)
+    admitted = status_time(d.get("placement") or {}, "admittedAt")
+    if admitted is not None:
+        left = admitted + d.spec.startup_timeout_seconds - ctx.now
+        if left <= 0:
+            reason, message = _not_started(current, d.spec.replicas)
+            startup_failure(d, ctx, plan, reason,
+                            f"not every worker Running {d.spec.startup_timeout_seconds}s after admission ({message})")
+            return True
+        plan.requeue(left)
+    return False
+

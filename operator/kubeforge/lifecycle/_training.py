@@ -1,0 +1,88 @@
+"""The TrainingJob decision: ``plan_training(job, ctx) -> TrainingPlan``, pure.
+
+It looks at the job (spec parsed, status), its pods, their nodes and what this process knows
+that the API server does not show yet (an assumed placement, a refused create), and returns
+what to write, delete and create. Level-based: the same inputs give the same plan, so a
+reconcile interrupted half-way is simply redone.
+
+The policies, in the order they are asked (the first that acts ends the decision, as JobSet
+orders its policies): finished jobs, suspend, admission (write the placement, or why the job
+waits), spec change, refused creates, disruption (preemption), failure, success, startup
+(lost placement, startup timeout), then progress (create what is missing, Running/Ready).
+"""
+
+from __future__ import annotations
+
+from kubeforge.builders.common import set_condition
+from kubeforge.lifecycle._accounting import report_checkpoint
+from kubeforge.lifecycle._admitted import admission_policy
+from kubeforge.lifecycle._disruption import disruption_policy
+from kubeforge.lifecycle._outcome import failure_policy, success_policy
+from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._progress import progress_policy
+from kubeforge.lifecycle._startup import create_error_policy, spec_change_policy, startup_policy
+from kubeforge.lifecycle._suspend import suspend_policy
+from kubeforge.objects import TrainingJobRecord, condition
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def _invalid(job: TrainingJobRecord, d: StatusDraft, plan: TrainingPlan) -> None:
+    """A spec the models refuse (only objects made before a schema change get this far): say
+    so once, hold nothing."""
+    old = condition(job.status, "Admitted")
+    if old and old.get("reason") == "InvalidSpec" and old.get("message") == job.spec_error:
+        return
+    conds = set_condition(job.status.get("conditions"), "Admitted", False, "InvalidSpec", job.spec_error or "",
+                          d.now, job.generation)
+    d.set(conditions=conds, phase=job.status.get("phase") or "Pending")
+    if job.status.get("placement"):
+        d.set(placement=None, attempt=d.attempt + 1)
+        plan.release = True
+    plan.events.append(("Warning", "InvalidSpec", job.spec_error or "invalid spec"))
+
+
+def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
+    """Decide the next actions for one TrainingJob.
+
+    Args:
+        job: The job (``spec`` parsed with API defaults, or None with ``spec_error``), with
+            the status to act on (the effective one: this process's last write if the index
+            has not caught up).
+        ctx: Its pods (every attempt), their nodes, the clock and what this process knows.
+
+    Returns:
+        A :class:`TrainingPlan`; an empty one when nothing needs doing. Its ``status`` never
+        includes ``observedGeneration``: the writer adds it.
+    """
+    plan = TrainingPlan()
+    d = StatusDraft(job, ctx.now)
+    if job.spec is None:
+        _invalid(job, d, plan)
+        plan.status = d.result()
+        return plan
+    report_checkpoint(d, ctx, plan)
+    if d.phase in TERMINAL:
+        if d.get("placement"):
+            d.set(placement=None)
+            plan.release = True
+        plan.status = d.result()
+        return plan
+    attempt = d.attempt
+    stale = sorted(p.name for p in ctx.pods if p.attempt != attempt and not p.deleting and not p.terminal)
+    if suspend_policy(d, ctx, plan):
+        plan.status = d.result()
+        return plan
+    current = [p for p in ctx.pods if p.attempt == attempt]
+    done = False
+    if d.placement is None:
+        done = admission_policy(d, ctx, plan)
+    if not done:
+        done = (spec_change_policy(d, ctx, plan) or create_error_policy(d, ctx, plan)
+                or disruption_policy(d, ctx, plan, current) or failure_policy(d, ctx, plan, current)
+                or success_policy(d, ctx, plan, current) or startup_policy(d, ctx, plan, current))
+    if not done:
+        progress_policy(d, ctx, plan, current)
+    plan.delete_pods = sorted(set(plan.delete_pods) | set(stale))
+    plan.status = d.result()
+    return plan
