@@ -151,8 +151,9 @@ def test_valid_training_job_is_accepted_and_defaulted(cluster: Any, namespace: s
     assert spec["topology"] == {"mode": "Preferred"}
     assert spec["checkpoint"] == {"size": "10Gi", "accessModes": ["ReadWriteMany"],
                                   "mountPath": "/checkpoints", "deletionPolicy": "Retain"}
-    assert spec["failurePolicy"] == {"maxRestarts": 3, "backoffSeconds": 10,
-                                     "maxBackoffSeconds": 600, "preemptionsBeforeFallback": 2}
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600,
+                                     "preemptionsBeforeFallback": 2, "maxPreemptions": 100, "maxStartupRetries": 5}
+    assert spec["startupTimeoutSeconds"] == 600 and spec["fallbackAfterSeconds"] == 300
     # The template survives untouched (preserve-unknown-fields, no pruning).
     assert spec["template"] == TEMPLATE
     # And the model reads what the API server returns.

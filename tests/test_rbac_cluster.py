@@ -162,7 +162,7 @@ def test_training_job_lifecycle_as_the_chart_serviceaccount(cluster, sa_operator
                                 checkpoint={"size": "1Gi", "deletionPolicy": "Delete"}))
 
     pods = wait_for(lambda: (p := running_pods(cluster, namespace, "llm")) and len(p) == 2 and p, timeout=90,
-                    what="2 running workers (created and ungated by the ServiceAccount operator)")
+                    what="2 running workers (created already placed by the ServiceAccount operator)")
     st = wait_for(lambda: (s := job_status(cluster, namespace, "llm")).get("phase") == "Running" and s, timeout=30,
                   what="status.phase Running (trainingjobs/status patched)")
     assert condition(st, "Admitted")["status"] == "True"
@@ -170,10 +170,9 @@ def test_training_job_lifecycle_as_the_chart_serviceaccount(cluster, sa_operator
     for p in pods:
         assert not p["spec"].get("schedulingGates")
         assert p["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob"
-    # the pods were created gated and released together: the operator patched them (pods/patch)
-    # and said so in an Event (events/create)
-    assert any(e["reason"] == "GangReleased" for e in events_for(cluster, namespace, "llm"))
-    assert get_json(cluster, "service", "llm", "-n", namespace)["spec"]["clusterIP"] == "None"
+    # the operator said so in Events (events/create)
+    assert any(e["reason"] == "Admitted" for e in events_for(cluster, namespace, "llm"))
+    assert get_json(cluster, "service", "kubeforge-workers", "-n", namespace)["spec"]["clusterIP"] == "None"
     assert get_json(cluster, "pvc", "llm-checkpoint", "-n", namespace)["metadata"]["ownerReferences"][0]["name"] == "llm"
     # gpupools/status patched
     wait_for(lambda: (get_json(cluster, "gpupool", namespace).get("status") or {}).get("gpus", {}).get("allocated") == 16,
@@ -182,10 +181,9 @@ def test_training_job_lifecycle_as_the_chart_serviceaccount(cluster, sa_operator
     cluster.kubectl("delete", "trainingjob", "llm", "-n", namespace)
 
     def children_gone():
-        svc = cluster.kubectl("get", "service", "llm", "-n", namespace, check=False).returncode != 0
         pvc = cluster.kubectl("get", "pvc", "llm-checkpoint", "-n", namespace, check=False).returncode != 0
-        return not job_pods(cluster, namespace, "llm") and svc and pvc
-    wait_for(children_gone, timeout=60, what="the job's Pods, Service and PVC to be garbage-collected")
+        return not job_pods(cluster, namespace, "llm") and pvc
+    wait_for(children_gone, timeout=60, what="the job's Pods and PVC to be garbage-collected")
     wait_for(lambda: (get_json(cluster, "gpupool", namespace).get("status") or {}).get("gpus", {}).get("allocated") == 0,
              timeout=30, what="pool status releasing the job's GPUs")
     assert not log.forbidden(), "RBAC gap (operator log):\n" + "\n".join(log.forbidden()[:20])

@@ -38,7 +38,8 @@ def test_gang_runs_inside_one_nvlink_domain_with_pvc_service_and_env(cluster, na
         c = p["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "8" and env["PET_NODE_RANK"] == rank
-        assert env["MASTER_ADDR"] == f"llm-worker-0.llm.{namespace}.svc"
+        assert env["MASTER_ADDR"] == f"llm-worker-0.kubeforge-workers.{namespace}.svc"
+        assert p["spec"]["hostname"] == f"llm-worker-{rank}" and p["spec"]["subdomain"] == "kubeforge-workers"
         assert env["KUBEFORGE_CHECKPOINT_DIR"] == "/checkpoints"
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
         assert p["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob"
@@ -48,8 +49,8 @@ def test_gang_runs_inside_one_nvlink_domain_with_pvc_service_and_env(cluster, na
         assert claim == "llm-checkpoint"
     pvc = get_json(cluster, "pvc", "llm-checkpoint", "-n", namespace)
     assert pvc["status"]["phase"] == "Bound"
-    svc = get_json(cluster, "service", "llm", "-n", namespace)
-    assert svc["spec"]["clusterIP"] == "None"
+    svc = get_json(cluster, "service", "kubeforge-workers", "-n", namespace)  # one per namespace, for every job
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
 
     pool = wait_for(lambda: (p := get_json(cluster, "gpupool", namespace).get("status") or {}).get("gpus", {}).get("allocated") == 16 and p,
                     timeout=30, what="pool status counting the job's GPUs")
@@ -96,7 +97,7 @@ def test_gang_waits_until_a_domain_frees_then_starts(cluster, namespace, fleet):
 
     cluster.kubectl("delete", "trainingjob", "a", "-n", namespace)
     wait_for(lambda: len(running_pods(cluster, namespace, "c")) == 2, timeout=60, what="job c to start once a frees its domain")
-    assert job_status(cluster, namespace, "c")["phase"] == "Running"
+    wait_for(lambda: job_status(cluster, namespace, "c").get("phase") == "Running", timeout=30, what="job c Running")
 
 
 def test_two_jobs_submitted_together_never_double_book(cluster, namespace, fleet):
@@ -155,7 +156,7 @@ def test_repeated_worker_failure_ends_failed_after_max_restarts(cluster, namespa
                         timeout=60, what=f"attempt {attempt} running")
         _fail_pod(cluster, namespace, pods[1]["metadata"]["name"])
     st = wait_for(lambda: (s := job_status(cluster, namespace, "flaky")).get("phase") == "Failed" and s, timeout=60)
-    assert st["restarts"] == {"failures": 1, "preemptions": 0}
+    assert st["restarts"] == {"failures": 1, "preemptions": 0, "startupFailures": 0}
     failed = condition(st, "Failed")
     assert failed["reason"] == "BackoffLimitExceeded" and "flaky-worker-" in failed["message"]
     assert st["lastCheckpoint"]["step"] == 42
@@ -188,7 +189,7 @@ def test_suspend_deletes_pods_keeps_pvc_and_resume_places_again(cluster, namespa
     assert cluster.kubectl("get", "pvc", "pause-checkpoint", "-n", namespace, check=False).returncode == 0
     cluster.kubectl("patch", "trainingjob", "pause", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     st = wait_for(lambda: (s := job_status(cluster, namespace, "pause")).get("phase") == "Running" and s, timeout=60)
-    assert st["restarts"] == {"failures": 0, "preemptions": 0}
+    assert st["restarts"] == {"failures": 0, "preemptions": 0, "startupFailures": 0}
 
 
 def test_operator_restart_mid_admission_creates_no_duplicate_pods(cluster, namespace, fleet):
@@ -225,7 +226,7 @@ def test_after_enough_preemptions_the_job_falls_back_to_the_next_pool(cluster, n
         pods = running_pods(cluster, namespace, "fb")
         return s.get("phase") == "Running" and (s.get("placement") or {}).get("pool") == ondemand and len(pods) == 2 and (s, pods)
     st, pods = wait_for(on_demand, timeout=90, what="the gang running in the on-demand pool")
-    assert st["restarts"] == {"failures": 0, "preemptions": 1}
+    assert st["restarts"] == {"failures": 0, "preemptions": 1, "startupFailures": 0}
     assert all(p["spec"]["nodeName"].startswith(ondemand) for p in pods)
 
 

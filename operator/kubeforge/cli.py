@@ -24,25 +24,46 @@ def main() -> None:
 @click.option("--metrics-port", default=8080, show_default=True, type=int,
               help="Port of the Prometheus /metrics endpoint (0 disables it).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the /metrics endpoint binds.")
+@click.option("--leader-election/--no-leader-election", default=False, show_default=True,
+              help="Take part in leader election on a Lease; only the leader acts (run several replicas).")
+@click.option("--lease-namespace", envvar="POD_NAMESPACE", default="default", show_default=True,
+              help="Namespace of the leader Lease (default: $POD_NAMESPACE).")
+@click.option("--lease-name", default="kubeforge-operator", show_default=True, help="Name of the leader Lease.")
+@click.option("--prometheus-url-allow", "prometheus_allow", multiple=True,
+              help="A URL prefix an InferenceService's prometheusURL must start with (repeatable). "
+                   "Default: any URL.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
-def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str, verbose: bool) -> None:
+def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
+        leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
+        verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
+    import asyncio
+
     import kopf
 
-    import kubeforge.handlers  # noqa: F401  registers the handlers
+    import kubeforge.runtime.operator  # noqa: F401  registers the handlers
     from kubeforge import metrics
+    from kubeforge.runtime.state import Options, Runtime
 
     kopf.configure(verbose=verbose)  # kopf's own log format; our loggers propagate to it
     logging.getLogger("kubeforge").setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per Prometheus query otherwise
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
     if metrics_port:
         metrics.serve(metrics_port, metrics_address)
+    rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
+                                 lease_namespace=lease_namespace, lease_name=lease_name))
+    stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,
         namespaces=list(namespaces),
-        standalone=True,  # one replica (Recreate): no kopf peering objects needed
+        standalone=True,  # no kopf peering objects: leader election is ours (--leader-election)
         liveness_endpoint=f"http://{health_address}/healthz",
+        memo=kopf.Memo(rt=rt, stop=stop),
+        stop_flag=stop,
     )
+    if stop.is_set() and leader_election:
+        sys.exit(3)  # leadership lost: restart as a follower
 
 
 @main.group()

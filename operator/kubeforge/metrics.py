@@ -19,6 +19,15 @@ POOL_GPUS = Gauge("kubeforge_pool_gpus", "GPUs of a pool by state (capacity, all
 PREEMPTION_RESTARTS = Counter("kubeforge_preemption_restarts_total", "Gang restarts caused by preemption.")
 FAILURE_RESTARTS = Counter("kubeforge_failure_restarts_total", "Gang restarts caused by worker failures.")
 AUTOSCALER_DECISIONS = Counter("kubeforge_autoscaler_decisions_total", "Autoscaler decisions by direction (up, down, hold).", ["direction"])
+API_REQUESTS = Counter("kubeforge_api_requests_total", "Kubernetes API requests by verb, resource and HTTP status code ('error': no response).",
+                       ["verb", "resource", "code"])
+EVENTS_DROPPED = Counter("kubeforge_events_dropped_total", "Kubernetes Events dropped because the send queue was full.")
+ADMISSION_ROUND_SECONDS = Histogram(
+    "kubeforge_admission_round_duration_seconds", "Duration of one admission round (snapshot, plan, apply), seconds.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+LEADER = Gauge("kubeforge_leader", "1 while this operator process holds the leader Lease, else 0.")
+STARTUP_FAILURES = Counter("kubeforge_startup_failures_total", "Gangs stopped because they failed to start, by reason.", ["reason"])
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

@@ -17,10 +17,16 @@ Templates select series by two labels:
   ``{service}`` is the InferenceService's name. Anything that feeds Prometheus for kubeforge
   (the local simulator's model-server pods included) must put these two labels on the series.
 
-:func:`render_query` substitutes ``{namespace}`` and ``{service}`` (and nothing else: PromQL's
-own braces are left alone). A user may give any PromQL instead of a name; placeholders in it
-are substituted the same way, and a query without them is sent as written. The query must
-return a single series or a scalar; wrap it in ``sum(...)`` otherwise.
+:func:`render_query` substitutes ``{namespace}`` and ``{name}`` (``{service}`` is the same as
+``{name}``), and nothing else: PromQL's own braces are left alone. A user may give any PromQL
+instead of a name; placeholders in it are substituted the same way, and a query without them
+is sent as written. The query must return a single series or a scalar; wrap it in
+``sum(...)`` otherwise.
+
+What a failed query reports (in status conditions and Events, which namespace users read)
+never includes the response body: ``prometheusURL`` is the user's, so a body could come from
+any in-cluster endpoint. Only the HTTP status code, Prometheus' ``errorType`` (a fixed set)
+and fixed messages go out; the operator can restrict the URLs with ``--prometheus-url-allow``.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ import httpx
 
 __all__ = [
     "DEFAULT_QUERIES",
+    "PROMETHEUS_ERROR_TYPES",
     "QueryResult",
     "parse_query_response",
     "query_scalar",
     "query_scalar_sync",
     "render_query",
     "resolve_query",
+    "url_allowed",
 ]
 
 #: Named PromQL templates for the total queue of one InferenceService.
@@ -64,9 +72,9 @@ def _escape_label_value(value: str) -> str:
 
 
 def render_query(template: str, namespace: str, service: str) -> str:
-    """Fill ``{namespace}`` and ``{service}`` in a PromQL template.
+    """Fill ``{namespace}`` and ``{name}`` (or ``{service}``, the same) in a PromQL template.
 
-    Only those two placeholders are replaced (``str.format`` would trip over PromQL's label
+    Only those placeholders are replaced (``str.format`` would trip over PromQL's label
     braces); values are escaped for a double-quoted label matcher.
 
     Args:
@@ -77,9 +85,9 @@ def render_query(template: str, namespace: str, service: str) -> str:
     Returns:
         The PromQL to send.
     """
-    return template.replace("{namespace}", _escape_label_value(namespace)).replace(
-        "{service}", _escape_label_value(service)
-    )
+    name = _escape_label_value(service)
+    return (template.replace("{namespace}", _escape_label_value(namespace))
+            .replace("{service}", name).replace("{name}", name))
 
 
 def resolve_query(query: str | None, namespace: str, service: str) -> str:
@@ -106,8 +114,9 @@ class QueryResult:
         value: The sample value, finite; ``None`` on any failure.
         time: Prometheus' evaluation timestamp for the value, unix seconds; ``None`` when
             there was none.
-        error: ``None`` on success, else a short human text ("empty result",
-            "HTTP 503: ...", "connection failed: ...", "timeout after 2s", "bad_data: ...").
+        error: ``None`` on success, else a short fixed text ("empty result", "HTTP 503",
+            "connection failed", "timeout after 2s", "Prometheus error bad_data"); never a
+            copy of the response body.
     """
 
     value: float | None
@@ -127,15 +136,15 @@ def _fail(error: str, time: float | None = None) -> QueryResult:
 def _point(point: Any) -> QueryResult:
     """Parse a Prometheus ``[<unix seconds>, "<value>"]`` pair."""
     if not isinstance(point, (list, tuple)) or len(point) != 2:
-        return _fail(f"malformed sample {point!r}")
+        return _fail("malformed sample")
     ts_raw, value_raw = point
     try:
         ts = float(ts_raw)
         value = float(value_raw)
     except (TypeError, ValueError):
-        return _fail(f"malformed sample {point!r}")
+        return _fail("malformed sample")
     if not math.isfinite(value):
-        return _fail(f"value is {value_raw}", ts)
+        return _fail(f"value is {value}", ts)
     return QueryResult(value=value, time=ts, error=None)
 
 
@@ -159,11 +168,11 @@ def parse_query_response(status_code: int, body: str) -> QueryResult:
     except ValueError:
         doc = None
     if isinstance(doc, dict) and doc.get("status") == "error":
-        kind = doc.get("errorType") or f"HTTP {status_code}"
-        return _fail(f"{kind}: {doc.get('error', 'unknown error')}")
+        kind = doc.get("errorType")
+        kind = kind if kind in PROMETHEUS_ERROR_TYPES else "unknown"
+        return _fail(f"Prometheus error {kind} (HTTP {status_code})")
     if not 200 <= status_code < 300:
-        snippet = " ".join(body.split())[:200]
-        return _fail(f"HTTP {status_code}: {snippet}" if snippet else f"HTTP {status_code}")
+        return _fail(f"HTTP {status_code}")
     if not isinstance(doc, dict) or doc.get("status") != "success":
         return _fail("response is not a Prometheus query result")
     data = doc.get("data")
@@ -186,6 +195,23 @@ def parse_query_response(status_code: int, body: str) -> QueryResult:
     return _fail(f"unsupported result type {kind!r}; use an instant vector or scalar query")
 
 
+PROMETHEUS_ERROR_TYPES = ("timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found",
+                          "not_acceptable")
+"""``errorType`` values of the Prometheus HTTP API (``web/api/v1``)."""
+
+
+def url_allowed(url: str, allow: tuple[str, ...]) -> bool:
+    """Whether ``url`` starts with one of the ``allow`` prefixes (an empty list allows any).
+
+    A prefix ``http://prometheus.monitoring:9090`` allows that host and port and any path
+    under it; compare on the whole prefix, so ``http://prom`` does not allow
+    ``http://prometheus-evil``... unless written so.
+    """
+    if not allow:
+        return True
+    return any(url == p or url.startswith(p.rstrip("/") + "/") for p in allow)
+
+
 def _params(promql: str, timeout: float) -> dict[str, str]:
     # Prometheus parses durations like "1500ms" (model.ParseDuration); fractional "1.5s" is not one.
     return {"query": promql, "timeout": f"{max(1, round(timeout * 1000))}ms"}
@@ -199,8 +225,8 @@ def _transport_error(exc: Exception, timeout: float) -> QueryResult:
     if isinstance(exc, httpx.TimeoutException):
         return _fail(f"timeout after {timeout:g}s")
     if isinstance(exc, httpx.ConnectError):
-        return _fail(f"connection failed: {exc}" if str(exc) else "connection failed")
-    return _fail(f"{type(exc).__name__}: {exc}")
+        return _fail("connection failed")
+    return _fail(f"request failed ({type(exc).__name__})")
 
 
 async def query_scalar(
@@ -229,7 +255,7 @@ async def query_scalar(
     except httpx.HTTPError as exc:
         return _transport_error(exc, timeout)
     except (OSError, ValueError) as exc:  # e.g. an invalid URL
-        return _fail(f"{type(exc).__name__}: {exc}")
+        return _fail(f"request failed ({type(exc).__name__})")
     return parse_query_response(resp.status_code, resp.text)
 
 
@@ -240,5 +266,5 @@ def query_scalar_sync(client: httpx.Client, base_url: str, promql: str, timeout:
     except httpx.HTTPError as exc:
         return _transport_error(exc, timeout)
     except (OSError, ValueError) as exc:
-        return _fail(f"{type(exc).__name__}: {exc}")
+        return _fail(f"request failed ({type(exc).__name__})")
     return parse_query_response(resp.status_code, resp.text)

@@ -1,0 +1,98 @@
+"""The admission loop: snapshot -> :func:`kubeforge.admission.plan_admission` -> apply.
+
+One loop for the whole operator; a round runs soon after anything that can change the answer
+(a job waiting, GPUs freed, a node or pool changed, a replica behind the gate) and at least
+every :data:`ROUND_INTERVAL` seconds. A burst of wake-ups within :data:`DEBOUNCE` seconds makes
+one round. Applying a round is cheap: an admitted gang becomes an *assumed* placement in the
+cache (it holds its GPUs in the next round's ledger at once) and its reconcile is queued,
+which writes the placement to status and creates the pods; a waiting gang's reason goes to
+its reconcile the same way. Only the serving replicas are patched from here (their pods are
+the Deployment's, not ours to write status for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kubeforge import metrics
+from kubeforge.admission import AdmissionPlan, plan_admission
+from kubeforge.builders.inference import release_patch
+from kubeforge.objects import PlacementRecord
+from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.training import gather_bounded
+
+log = logging.getLogger("kubeforge.admission")
+
+ROUND_INTERVAL = 1.0
+"""Seconds: a round runs at least this often (a safety net for wake-ups kopf cannot give,
+such as a pod deleted with no grace period)."""
+DEBOUNCE = 0.02
+"""Seconds a round waits after the first wake-up for the rest of a burst."""
+
+
+async def admission_loop(rt: Runtime) -> None:
+    """Run admission rounds for the life of the process (while this process leads)."""
+    await rt.ready.wait()
+    errors = 0
+    while True:
+        try:
+            await asyncio.wait_for(rt.admission_wake.wait(), timeout=ROUND_INTERVAL)
+            await asyncio.sleep(DEBOUNCE)
+        except asyncio.TimeoutError:
+            pass
+        await rt.leading.wait()
+        rt.admission_wake.clear()
+        started = time.perf_counter()
+        try:
+            await admission_round(rt, time.time())
+            errors = 0
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            errors += 1
+            if errors == 1:
+                log.exception("admission round failed; retrying")
+            else:
+                log.error("admission round failed again (%d in a row); retrying", errors)
+            await asyncio.sleep(min(30.0, 0.5 * 2 ** errors))
+        finally:
+            took = time.perf_counter() - started
+            metrics.ADMISSION_ROUND_SECONDS.observe(took)
+        # Under a sustained burst, leave the event loop at least as long to the watches and
+        # reconciles as the round itself took.
+        await asyncio.sleep(min(1.0, took))
+
+
+async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
+    """One round: decide for the whole cluster, hand the decisions to the job reconciles,
+    release the serving replicas that got a node."""
+    cache = rt.cache
+    plan = plan_admission(cache.snapshot(), now)
+    cache.views = plan.views
+    cache.ledgers = plan.ledgers
+    for a in plan.admit:
+        pl = a.placement
+        cache.assume(a.key, PlacementRecord(a.pool, pl.nodes, pl.level, pl.domain, pl.reason))
+        rt.queue_job(a.key)
+        metrics.ADMISSIONS.labels(pool=a.pool, result="admitted").inc()
+    waiting = {}
+    for w in plan.wait:
+        waiting[w.key] = (w.reason, w.message)
+        if cache.waiting.get(w.key) != waiting[w.key]:
+            rt.queue_job(w.key)
+    cache.waiting = waiting
+    if plan.serve:
+        pods = {(p.namespace, p.name): p for p in cache.snapshot_gated()}
+        patches = []
+        for s in plan.serve:
+            pod = pods.get(s.pod)
+            if pod is not None:
+                cache.assume_pod(s.pod, s.node)
+                patches.append(rt.client.patch("Pod", pod.namespace, pod.name,
+                                               release_patch(pod.affinity, pod.annotated, s.node), patch_type="json"))
+        for r in await gather_bounded(patches):
+            if isinstance(r, BaseException):  # gone, or ungated meanwhile: the next round sees it
+                log.info("serving replica not released: %s", r)
+    return plan

@@ -1,0 +1,232 @@
+"""The operator's memory: one object, one ``forget(key)``.
+
+- kopf indexes (see :mod:`kubeforge.runtime.indexes`) mirror nodes, pods, our objects, claims
+  and storage classes from watches; nothing here lists the cluster per reconcile.
+- The status overlay holds the status this process last wrote for an object until the index
+  has caught up with that write (by resourceVersion), so no decision acts on a lagging copy
+  (that is how two jobs could otherwise get the same GPUs).
+- Assumed placements: admission decided them, the job's status does not show them yet; they
+  hold GPUs in the ledger meanwhile (Kueue's assume).
+- Expectations: pods this process created or deleted that the index does not show yet, so
+  a reconcile that runs before the watch catches up does not create or delete them again
+  (the Job controller's expectations).
+- Create errors and waiting reasons, handed from where they are seen to the job's reconcile.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Hashable, Iterator, Mapping
+
+from kubeforge.admission import JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
+from kubeforge.lifecycle import CreateError
+from kubeforge.objects import (
+    ADMISSION_GATE, DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record,
+    TrainingJobRecord, placement_of,
+)
+
+EXPECTATION_TTL = 60.0
+"""Seconds an expectation (a create or delete not yet seen in the index) is trusted."""
+ASSUME_TTL = 120.0
+"""Seconds an assumed placement may wait for its status write before it is dropped."""
+
+
+def _rv(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Overlay:
+    written_at: float
+    rv: str | None
+    status: dict[str, Any]
+
+
+@dataclass
+class Cache:
+    """Everything the loops share; one instance per operator process."""
+
+    indexes: Any = None
+    overlay: dict[Hashable, _Overlay] = field(default_factory=dict)
+    assumed: dict[Key, tuple[PlacementRecord, float]] = field(default_factory=dict)
+    created: dict[Key, dict[str, float]] = field(default_factory=dict)
+    deleted: dict[Key, dict[str, float]] = field(default_factory=dict)
+    create_errors: dict[Key, CreateError] = field(default_factory=dict)
+    waiting: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    last_wait_write: dict[Key, float] = field(default_factory=dict)
+    services_made: set[str] = field(default_factory=set)
+    views: dict[str, PoolView] = field(default_factory=dict)
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
+    assumed_pods: dict[Key, tuple[str, float]] = field(default_factory=dict)
+
+    # --- indexes ---------------------------------------------------------------------------------
+
+    def _one(self, index: str, key: Hashable) -> Any | None:
+        if self.indexes is None:
+            return None
+        store = self.indexes[index].get(key)
+        return next(iter(store), None) if store else None
+
+    def _many(self, index: str, key: Hashable) -> list[Any]:
+        if self.indexes is None:
+            return []
+        store = self.indexes[index].get(key)
+        return list(store) if store else []
+
+    def _all(self, index: str) -> Iterator[tuple[Hashable, Any]]:
+        if self.indexes is None:
+            return
+        idx = self.indexes[index]
+        for key in list(idx.keys()):
+            for value in list(idx.get(key) or ()):
+                yield key, value
+
+    def job(self, key: Key) -> TrainingJobRecord | None:
+        return self._one("kf_jobs", key)
+
+    def service(self, key: Key) -> InferenceServiceRecord | None:
+        return self._one("kf_services", key)
+
+    def pool(self, name: str) -> PoolRecord | None:
+        return self._one("kf_pools", name)
+
+    def node(self, name: str) -> Node | None:
+        return self._one("kf_nodes", name)
+
+    def job_pods(self, key: Key) -> list[Pod]:
+        return self._many("kf_job_pods", key)
+
+    def service_pods(self, key: Key) -> list[Pod]:
+        return self._many("kf_service_pods", key)
+
+    def jobs(self) -> Iterator[TrainingJobRecord]:
+        return (v for _, v in self._all("kf_jobs"))
+
+    def deployment(self, key: Key) -> DeploymentState | None:
+        """The Deployment of an InferenceService."""
+        return self._one("kf_deployments", key)
+
+    def claim(self, key: Key) -> str | None:
+        """Phase of a PersistentVolumeClaim, None when it does not exist."""
+        return self._one("kf_claims", key)
+
+    def view(self, pool: str) -> PoolView | None:
+        """The pool as the last admission round saw it (its levels, tolerations, resource);
+        built now when no round has run yet."""
+        if pool in self.views:
+            return self.views[pool]
+        rec = self.pool(pool)
+        if rec is None:
+            return None
+        snap = self.snapshot()
+        return pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node)
+
+    def pools(self) -> dict[str, PoolRecord]:
+        return {k: v for k, v in self._all("kf_pools")}  # type: ignore[misc]
+
+    # --- the status overlay -------------------------------------------------------------------
+
+    def remember(self, key: Hashable, written: Mapping[str, Any] | None) -> None:
+        """Record an object as the API server returned it after our status write (``None``:
+        it is gone)."""
+        if written is None:
+            self.overlay.pop(key, None)
+            return
+        rv = (written.get("metadata") or {}).get("resourceVersion")
+        old = self.overlay.get(key)
+        if old is not None and _rv(old.rv) is not None and _rv(rv) is not None and _rv(rv) < _rv(old.rv):  # type: ignore[operator]
+            return  # two writes answered out of order: keep the newer one
+        self.overlay[key] = _Overlay(time.monotonic(), rv, dict(written.get("status") or {}))
+
+    def effective(self, key: Hashable, rec: Record) -> Record:
+        """``rec`` with the status to act on: our own last write until the index has caught up
+        with it (resourceVersions compared as integers, as the API server's watch cache does)."""
+        entry = self.overlay.get(key)
+        if entry is None:
+            return rec
+        seen, mine = _rv(rec.resource_version), _rv(entry.rv)
+        if seen is not None and mine is not None and seen >= mine:
+            self.overlay.pop(key, None)
+            return rec
+        if seen is None or mine is None:  # not comparable: trust our write for a while
+            if time.monotonic() - entry.written_at > EXPECTATION_TTL:
+                self.overlay.pop(key, None)
+                return rec
+        return replace(rec, status=entry.status, resource_version=entry.rv or rec.resource_version)
+
+    # --- assumed placements, expectations -----------------------------------------------------------
+
+    def assume(self, key: Key, placement: PlacementRecord) -> None:
+        self.assumed[key] = (placement, time.monotonic())
+        self.waiting.pop(key, None)
+
+    def assumed_for(self, key: Key) -> PlacementRecord | None:
+        entry = self.assumed.get(key)
+        if entry is None:
+            return None
+        if time.monotonic() - entry[1] > ASSUME_TTL:
+            self.assumed.pop(key, None)
+            return None
+        return entry[0]
+
+    def expect(self, book: dict[Key, dict[str, float]], key: Key, names: list[str]) -> None:
+        now = time.monotonic()
+        book.setdefault(key, {}).update({n: now for n in names})
+
+    def expected(self, book: dict[Key, dict[str, float]], key: Key) -> set[str]:
+        """Names still expected (younger than EXPECTATION_TTL)."""
+        entries = book.get(key)
+        if not entries:
+            return set()
+        now = time.monotonic()
+        for n in [n for n, t in entries.items() if now - t > EXPECTATION_TTL]:
+            del entries[n]
+        return set(entries)
+
+    def forget(self, key: Key) -> None:
+        """Drop everything held about one object (it was deleted)."""
+        for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
+                     self.waiting, self.last_wait_write):
+            book.pop(key, None)  # type: ignore[attr-defined]
+
+    # --- the admission snapshot ---------------------------------------------------------------------
+
+    def job_view(self, rec: TrainingJobRecord) -> JobView:
+        eff = self.effective(rec.key, rec)
+        assumed = None if placement_of(eff.status) else self.assumed_for(rec.key)
+        return JobView(eff, eff.status, assumed)
+
+    def snapshot_gated(self) -> list[Pod]:
+        """Serving replicas still behind the admission gate, as the index shows them."""
+        return [p for _, p in self._all("kf_service_pods") if ADMISSION_GATE in p.gates and not p.deleting]
+
+    def assume_pod(self, key: Key, node: str) -> None:
+        """A gated replica was given ``node``: it holds its GPUs there until the index shows
+        it released."""
+        self.assumed_pods[key] = (node, time.monotonic())
+
+    def snapshot(self) -> Snapshot:
+        """Everything an admission round reads, from the indexes and this process's memory."""
+        pods: list[Pod] = [p for _, p in self._all("kf_gpu_pods")]
+        now = time.monotonic()
+        gated = {(p.namespace, p.name): p for p in self.snapshot_gated()}
+        for key in list(self.assumed_pods):
+            node, at = self.assumed_pods[key]
+            if key not in gated or now - at > ASSUME_TTL:
+                del self.assumed_pods[key]  # the index shows it released (or it is gone)
+        for key, p in gated.items():
+            a = self.assumed_pods.get(key)
+            pods.append(replace(p, assigned=a[0], gates=()) if a else p)
+        return Snapshot(
+            pools=self.pools(),
+            nodes={k: v for k, v in self._all("kf_nodes")},  # type: ignore[misc]
+            pods=pods,
+            jobs={rec.key: self.job_view(rec) for rec in self.jobs()},
+            services={k: v for k, v in self._all("kf_services")},  # type: ignore[misc]
+            storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
+            claims={k: v for k, v in self._all("kf_claims")},  # type: ignore[misc]
+        )

@@ -1,0 +1,229 @@
+"""The operator's API client: kubernetes_asyncio for configuration and authentication
+(kubeconfig, in-cluster ServiceAccount, token refresh), a thin raw-JSON request path on top.
+
+Why not the generated API classes: they turn every response into model objects, which costs
+more CPU than the request itself, and most responses are not read at all. Bodies go out as
+plain dicts and come back as dicts only when asked for.
+
+Every request is counted in ``kubeforge_api_requests_total{verb,resource,code}`` and bounded
+by a timeout; at most :data:`MAX_IN_FLIGHT` run at once. Failures raise :class:`ApiError`,
+which says once whether retrying can help (:attr:`ApiError.transient`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kubernetes_asyncio import client as kclient
+from kubernetes_asyncio import config as kconfig
+
+from kubeforge import GROUP, VERSION, metrics
+
+log = logging.getLogger("kubeforge.client")
+
+REQUEST_TIMEOUT = 10.0
+"""Seconds for any single API request (connect + response)."""
+MAX_IN_FLIGHT = 64
+"""API requests in flight at once from this process."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: ``/api/v1`` or ``/apis/<group>/<version>``, its plural,
+    and whether it is namespaced."""
+
+    prefix: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        p = self.prefix
+        if self.namespaced:
+            p += f"/namespaces/{namespace}"
+        p += f"/{self.plural}"
+        if name:
+            p += f"/{name}"
+        if sub:
+            p += f"/{sub}"
+        return p
+
+
+_OURS = f"/apis/{GROUP}/{VERSION}"
+RESOURCES: dict[str, Resource] = {
+    "Pod": Resource("/api/v1", "pods"),
+    "Service": Resource("/api/v1", "services"),
+    "PersistentVolumeClaim": Resource("/api/v1", "persistentvolumeclaims"),
+    "Event": Resource("/api/v1", "events"),
+    "Deployment": Resource("/apis/apps/v1", "deployments"),
+    "Lease": Resource("/apis/coordination.k8s.io/v1", "leases"),
+    "TrainingJob": Resource(_OURS, "trainingjobs"),
+    "InferenceService": Resource(_OURS, "inferenceservices"),
+    "GPUPool": Resource(_OURS, "gpupools", namespaced=False),
+}
+
+
+class ApiError(Exception):
+    """A request the API server refused or that did not complete.
+
+    Attributes:
+        code: HTTP status (0: no response: connection error or timeout).
+        reason: Kubernetes' StatusReason (``Invalid``, ``Forbidden``, ``AlreadyExists``...).
+        message: The API server's own message (from its Status object), one line.
+    """
+
+    def __init__(self, code: int, reason: str, message: str):
+        super().__init__(f"HTTP {code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same request may succeed later by itself: no response, 429, 5xx,
+        409 Conflict on an update (stale resourceVersion). 400/403/404/422 are permanent for
+        this request: retrying the same body in a loop only floods the log."""
+        return self.code == 0 or self.code == 429 or self.code >= 500 or (self.code == 409 and self.reason == "Conflict")
+
+
+class KubeClient:
+    """One per process; :meth:`start` loads the configuration."""
+
+    def __init__(self) -> None:
+        self._api: kclient.ApiClient | None = None
+        self._sem = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+    async def start(self) -> None:
+        """In-cluster config when running in a pod (``KUBERNETES_SERVICE_HOST`` set and no
+        ``KUBECONFIG``), else ``$KUBECONFIG`` / ``~/.kube/config``."""
+        cfg = kclient.Configuration()
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            kconfig.load_incluster_config(client_configuration=cfg)
+        else:
+            await kconfig.load_kube_config(client_configuration=cfg)
+        cfg.connection_pool_maxsize = MAX_IN_FLIGHT
+        self._api = kclient.ApiClient(cfg)
+
+    @property
+    def api(self) -> kclient.ApiClient:
+        """The kubernetes_asyncio client (for libraries that take one, e.g. leader election)."""
+        assert self._api is not None, "KubeClient.start() first"
+        return self._api
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
+                      query: Mapping[str, Any] | None = None, read: bool = False,
+                      resource: str = "", timeout: float = REQUEST_TIMEOUT) -> Any:
+        """Send one request; return the parsed JSON body when ``read``, else None.
+
+        Raises:
+            ApiError: non-2xx status, or no response (code 0) after ``timeout``.
+        """
+        assert self._api is not None, "KubeClient.start() first"
+        code = 0
+        try:
+            async with self._sem:
+                resp = await self._api.call_api(
+                    path, method, query_params=list((query or {}).items()),
+                    header_params={"Content-Type": content_type, "Accept": "application/json"},
+                    body=body, auth_settings=["BearerToken"], _preload_content=False,
+                    _request_timeout=timeout,
+                )
+                try:
+                    code = resp.status
+                    raw = await resp.read()
+                finally:
+                    resp.release()
+        except (asyncio.TimeoutError, OSError, kclient.exceptions.ApiException) as e:
+            metrics.API_REQUESTS.labels(verb=method, resource=resource, code="error").inc()
+            raise ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}") from None
+        metrics.API_REQUESTS.labels(verb=method, resource=resource, code=str(code)).inc()
+        if not 200 <= code <= 299:
+            raise _error(code, raw)
+        return json.loads(raw) if read and raw else None
+
+    # --- verbs ---------------------------------------------------------------------------------
+
+    async def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> bool:
+        """Create an object; False when one of that name exists (409 AlreadyExists)."""
+        r = RESOURCES[kind]
+        try:
+            await self.request("POST", r.path(namespace), body, resource=r.plural)
+            return True
+        except ApiError as e:
+            if e.code == 409 and e.reason == "AlreadyExists":
+                return False
+            raise
+
+    async def delete(self, kind: str, namespace: str | None, name: str, grace_seconds: int | None = None) -> bool:
+        """Delete an object (background propagation); False when it was already gone."""
+        r = RESOURCES[kind]
+        opts: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            opts["gracePeriodSeconds"] = grace_seconds
+        try:
+            await self.request("DELETE", r.path(namespace, name), opts, resource=r.plural)
+            return True
+        except ApiError as e:
+            if e.code == 404:
+                return False
+            raise
+
+    async def get(self, kind: str, namespace: str | None, name: str | None = None, **query: Any) -> dict | None:
+        """GET an object (or a list when ``name`` is None); None when it does not exist."""
+        r = RESOURCES[kind]
+        try:
+            return await self.request("GET", r.path(namespace, name), query=query or None, read=True, resource=r.plural)
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    async def patch(self, kind: str, namespace: str | None, name: str, body: Any, *, sub: str | None = None,
+                    patch_type: str = "merge", read: bool = False) -> dict | None:
+        """PATCH an object (``merge`` or ``json``); returns the object when ``read``.
+
+        Raises:
+            ApiError: 404 included (the caller decides what a vanished object means).
+        """
+        r = RESOURCES[kind]
+        ctype = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}[patch_type]
+        return await self.request("PATCH", r.path(namespace, name, sub), body, content_type=ctype, read=read,
+                                  resource=f"{r.plural}/{sub}" if sub else r.plural)
+
+    async def patch_status(self, kind: str, namespace: str | None, name: str, status: Mapping[str, Any],
+                           resource_version: str | None = None) -> dict | None:
+        """Merge-patch ``status`` through the status subresource; returns the object as the
+        server now holds it, None when it no longer exists. With ``resource_version`` the
+        write only applies to that version (409 Conflict otherwise).
+
+        Only ``status`` of our own kinds is ever written: the spec stays the user's.
+        """
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            return await self.patch(kind, namespace, name, body, sub="status", read=True)
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+
+def _error(code: int, raw: bytes) -> ApiError:
+    try:
+        st = json.loads(raw)
+        reason = str(st.get("reason") or "")
+        message = str(st.get("message") or "")
+    except (ValueError, AttributeError):
+        reason, message = "", ""
+    return ApiError(code, reason or {404: "NotFound", 409: "Conflict"}.get(code, "Error"),
+                    " ".join(message.split())[:1024] or f"HTTP {code}")

@@ -1,0 +1,226 @@
+"""InferenceService reconcile: serving objects and the queue-driven autoscaler.
+
+Once per ``autoscaling.pollingIntervalSeconds`` (and at once when the spec changes):
+
+1. resolve the first existing pool of ``spec.pools``;
+2. create the Service and the Deployment when absent (owned by the InferenceService); when
+   the pod template the spec asks for (template, GPUs, pool, topology) differs from the one
+   last written, write it once: a rolling update with ``maxSurge: 0``;
+3. read the queue metric from Prometheus (never from the pods), only from an allowed URL;
+4. ask the pure autoscaler (:func:`kubeforge.autoscaling.decide`) for the replica count,
+   capped by what the pool can place now (the GPU ledger after the last admission round);
+5. scale the Deployment when the count changes (an Event gives the numbers), write the
+   status once.
+
+The autoscaler's memory lives in the process; after a restart it is seeded from the current
+replica count (as the HPA seeds from ``status.desiredReplicas``), so a restart never causes a
+sudden scale-down. This is the one writer of an InferenceService's status.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from kubeforge import metrics
+from kubeforge.admission import PoolView
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
+from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query, url_allowed
+from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
+from kubeforge.builders.inference import build_deployment, build_pod_template, build_service, template_hash
+from kubeforge.objects import InferenceServiceRecord, Key, condition
+from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.state import Runtime
+
+log = logging.getLogger("kubeforge.inference")
+KIND = "InferenceService"
+PROMETHEUS_TIMEOUT = 2.0
+
+
+@dataclass
+class ServiceMemory:
+    """What the process remembers about one InferenceService between decisions."""
+
+    autoscaler: AutoscalerState = field(default_factory=AutoscalerState)
+    decided_at: float | None = None
+    generation: int | None = None
+    service_made: bool = False
+    deployment_made_at: float | None = None
+
+
+_memory: dict[Key, ServiceMemory] = {}
+_http: httpx.AsyncClient | None = None
+
+
+def forget(key: Key) -> None:
+    _memory.pop(key, None)
+
+
+def query_for(rec: InferenceServiceRecord) -> str:
+    """The PromQL to run: the user's query (Custom, or any given), else the metric's default."""
+    a = rec.spec.autoscaling  # type: ignore[union-attr]
+    template = a.query or DEFAULT_QUERIES.get(a.metric.value, DEFAULT_QUERIES["VLLMWaiting"])
+    return render_query(template, rec.namespace, rec.name)
+
+
+def placeable(rt: Runtime, view: PoolView | None, gpus_per_replica: int, current: int, unplaced: int = 0) -> int | None:
+    """Replicas the pool can hold in total now: ``current`` plus whole replicas that fit in the
+    free GPUs of usable nodes (after every admission of the last round), less ``unplaced``
+    (asked for, not yet bound: their GPUs do not show as held yet). None without a view."""
+    if view is None:
+        return None
+    held = rt.cache.ledgers.get(view.resource)
+    extra = 0
+    for n in view.nodes:
+        if n.usable:
+            used = held.per_node.get(n.name, 0) if held is not None else n.gpus_allocated
+            extra += max(0, n.gpus_allocatable - used) // gpus_per_replica
+    return current + max(0, extra - unplaced)
+
+
+async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
+    patch = {**patch, "observedGeneration": rec.generation}
+    written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
+    rt.cache.remember(rec.key, written)
+
+
+async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, message: str, now: float) -> None:
+    old = condition(rec.status, "Ready")
+    if old and old.get("reason") == reason and old.get("message") == message:
+        return
+    conds = set_condition(rec.status.get("conditions"), "Ready", False, reason, message, now, rec.generation)
+    await _write(rt, rec, {"conditions": conds})
+    rt.event(KIND, rec, "Warning", reason, message, now)
+
+
+async def reconcile_service(rt: Runtime, key: Key) -> float | None:
+    """One autoscaling step for one InferenceService; returns seconds until the next."""
+    global _http
+    await rt.ready.wait()
+    cache = rt.cache
+    rec = cache.service(key)
+    if rec is None or rec.deleting:
+        forget(key)
+        cache.forget(key)
+        return None
+    rec = cache.effective(key, rec)
+    now = time.time()
+    mem = _memory.setdefault(key, ServiceMemory())
+    spec = rec.spec
+    if spec is None:
+        await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+        return 30.0
+    pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
+    if pool_name is None:
+        await _not_ready(rt, rec, "PoolNotFound", f"none of the GPUPools {list(spec.pools)} exists", now)
+        return 30.0
+    interval = float(spec.autoscaling.polling_interval_seconds)
+    if mem.decided_at is not None and mem.generation == rec.generation and now - mem.decided_at < interval:
+        return interval - (now - mem.decided_at)
+    mem.decided_at, mem.generation = now, rec.generation
+
+    pool = cache.pool(pool_name)
+    view = cache.view(pool_name)
+    level = spec.topology.level if spec.topology.mode.value == "Required" else None
+    level_label = next((lv.node_label for lv in view.levels if lv.name == level), None) if (view and level) else None
+    template = build_pod_template(
+        rec, gpu_resource=view.resource if view else "nvidia.com/gpu",
+        node_selector=pool.spec.node_selector.to_dict() if pool and pool.spec else None,
+        tolerations=view.tolerations if view else (), pool=pool_name, level_label=level_label,
+    )
+    thash = template_hash(template)
+    ns, name = key
+    if not mem.service_made:
+        await rt.client.create("Service", ns, build_service(rec))
+        mem.service_made = True
+    dep = cache.deployment(key)
+    gpus = spec.gpus_per_replica
+    if dep is None:
+        if mem.deployment_made_at is not None and now - mem.deployment_made_at < 30:
+            return 1.0  # created a moment ago; the index has not shown it yet
+        first = spec.min_replicas
+        cap = placeable(rt, view, gpus, 0)
+        if cap is not None:
+            first = min(first, cap)
+        await rt.client.create("Deployment", ns, build_deployment(rec, replicas=first, template=template))
+        mem.deployment_made_at = now
+        rt.event(KIND, rec, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
+        current, ready, total = first, 0, 0
+    else:
+        current, ready, total = dep.replicas, dep.ready, dep.current
+        if dep.template_hash != thash:
+            await rt.client.patch("Deployment", ns, name, [
+                {"op": "replace", "path": "/spec/template", "value": template},
+                {"op": "add", "path": "/metadata/annotations/kubeforge.io~1template-hash", "value": thash},
+            ], patch_type="json")
+            rt.event(KIND, rec, "Normal", "Updated", "pod template changed: rolling out one replica at a time (maxSurge 0)", now)
+
+    a = spec.autoscaling
+    if not url_allowed(a.prometheus_url, rt.options.prometheus_allow):
+        q = QueryResult(None, None, "prometheusURL is not one of the operator's allowed Prometheus URLs")
+    else:
+        if _http is None:
+            _http = httpx.AsyncClient()
+        q = await query_scalar(_http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT)
+    pods = [p for p in cache.service_pods(key) if not p.deleting]
+    bound = sum(1 for p in pods if p.where and not p.terminal)
+    policy = AutoscalingPolicy.from_spec(spec)
+    d = decide(policy, mem.autoscaler, current, q.value, now, placeable(rt, view, gpus, current, unplaced=max(0, current - bound)))
+    mem.autoscaler = d.state
+    metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
+    patch: dict[str, Any] = {}
+    if d.desired != current:
+        await rt.client.patch("Deployment", ns, name, {"spec": {"replicas": d.desired}}, sub="scale")
+        patch["lastScaleTime"] = rfc3339(now)
+        patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
+        rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+    if q.value is not None:
+        patch["lastMetricValue"] = q.value
+        patch["lastMetricTime"] = rfc3339(q.time or now)
+    conds = rec.status.get("conditions")
+    active_msg = d.inactive_reason or d.reason
+    if q.error:
+        active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
+        old_active = condition(rec.status, "ScalingActive")
+        if not old_active or old_active.get("status") != "False":
+            rt.event(KIND, rec, "Warning", "FailedGetMetric", active_msg, now)
+    gen = rec.generation
+    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
+    conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
+                          d.limited_reason or "desired replicas within bounds and capacity", now, gen)
+    if d.desired == 0 and policy.min_replicas == 0:
+        conds = set_condition(conds, "Ready", True, "ScaledToZero", "no replicas: scaled to zero while idle", now, gen)
+    else:
+        conds = set_condition(conds, "Ready", ready > 0, "ReplicasReady" if ready else "NoReadyReplicas",
+                              f"{ready} of {d.desired} replicas ready", now, gen)
+    patch.update({
+        "replicas": total,
+        "readyReplicas": ready,
+        "desiredReplicas": d.desired,
+        "conditions": conds,
+        "url": f"http://{name}.{ns}.svc:{spec.port}",
+    })
+    if _changed(rec.status, patch):
+        try:
+            await _write(rt, rec, patch)
+        except ApiError as e:
+            if e.transient:
+                raise
+            log.error("inferenceservice %s/%s: status write refused: %s", ns, name, e)
+    return interval
+
+
+def _changed(old: Any, patch: dict[str, Any]) -> bool:
+    for k, v in patch.items():
+        if k == "conditions":
+            if not conditions_equal(v, old.get("conditions")):
+                return True
+        elif k == "lastMetricTime":
+            continue  # moves every poll; written along with anything else that changed
+        elif old.get(k) != v:
+            return True
+    return False

@@ -1,0 +1,67 @@
+"""The operator process: kopf settings, start-up and shutdown of the runtime's loops.
+
+Importing this module registers every kopf handler (the indexes and the deletion events).
+No handler here needs a finalizer: children are garbage-collected through owner references,
+so deleting an object never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from kubeforge.runtime import indexes  # noqa: F401  (registers the indexes)
+from kubeforge.runtime.admission import admission_loop
+from kubeforge.runtime.events import EventSink
+from kubeforge.runtime.inference import reconcile_service
+from kubeforge.runtime.leader import lead
+from kubeforge.runtime.pools import pool_status_loop
+from kubeforge.runtime.queue import WorkQueue
+from kubeforge.runtime.training import reconcile_job
+
+log = logging.getLogger("kubeforge")
+
+JOB_WORKERS = 16
+SERVICE_WORKERS = 4
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
+    rt = memo.rt
+    settings.persistence.finalizer = "kubeforge.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubeforge.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kubeforge.io", key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    await rt.client.start()
+    # kopf passes every index to startup handlers; they fill in as the watches list.
+    rt.cache.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}
+    rt.events = EventSink(rt.client)
+    rt.events.start()
+    rt.jobs = WorkQueue(lambda key: reconcile_job(rt, key), workers=JOB_WORKERS, name="trainingjobs", gate=rt.leading)
+    rt.services = WorkQueue(lambda key: reconcile_service(rt, key), workers=SERVICE_WORKERS, name="inferenceservices",
+                            gate=rt.leading)
+    rt.jobs.start()
+    rt.services.start()
+    rt.tasks = [
+        asyncio.create_task(admission_loop(rt), name="admission"),
+        asyncio.create_task(pool_status_loop(rt), name="pool-status"),
+        asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
+    ]
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: Any, **_: Any) -> None:
+    rt = memo.rt
+    for t in rt.tasks:
+        t.cancel()
+    await asyncio.gather(*rt.tasks, return_exceptions=True)
+    for q in (rt.jobs, rt.services, rt.events):
+        if q is not None:
+            await q.stop()
+    await rt.client.close()

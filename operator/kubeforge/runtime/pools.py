@@ -1,0 +1,81 @@
+"""GPUPool status: every :data:`POOL_STATUS_INTERVAL` seconds, written only when it changes.
+
+This loop is the one writer of a GPUPool's status. It also sets the pool and job gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kubeforge import metrics
+from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view
+from kubeforge.builders.common import conditions_equal
+from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.state import Runtime
+
+log = logging.getLogger("kubeforge.pools")
+POOL_STATUS_INTERVAL = 2.0
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+GPU_STATES = ("capacity", "allocatable", "allocated", "free", "unavailable")
+
+
+def same_status(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Status equality ignoring condition timestamps."""
+    rest = lambda s: {k: v for k, v in s.items() if k != "conditions"}  # noqa: E731
+    return rest(a) == rest(b) and conditions_equal(a.get("conditions"), b.get("conditions"))
+
+
+async def pool_status_loop(rt: Runtime) -> None:
+    """Refresh every pool's status; one line per failure, never a traceback per loop."""
+    await rt.ready.wait()
+    last: dict[str, dict[str, Any]] = {}
+    failing = False
+    while True:
+        await rt.leading.wait()
+        try:
+            await refresh_pools(rt, last, time.time())
+            failing = False
+        except asyncio.CancelledError:
+            raise
+        except ApiError as e:
+            if not failing:
+                log.warning("pool status not written: %s", e)
+            failing = True
+        except Exception:
+            if not failing:
+                log.exception("pool status loop")
+            failing = True
+        await asyncio.sleep(POOL_STATUS_INTERVAL)
+
+
+async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float) -> None:
+    """Compute and write (when changed) every pool's status; update the gauges."""
+    snap = rt.cache.snapshot()
+    ledgers = {}
+    for name, pool in snap.pools.items():
+        res = pool_resource(pool)
+        if res not in ledgers:
+            ledgers[res] = build_ledger(snap, res)
+        view = pool_view(pool, snap.nodes, ledgers[res].per_node)
+        st = pool_status(view, ledgers[res], now)
+        for state in GPU_STATES:
+            metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
+        prev = last.get(name) or dict(pool.status or {})
+        if not same_status(st, prev):
+            rt.cache.remember(name, await rt.client.patch_status("GPUPool", None, name, st))
+            last[name] = st
+    for gone in set(last) - set(snap.pools):
+        last.pop(gone, None)
+        for state in GPU_STATES:
+            try:
+                metrics.POOL_GPUS.remove(gone, state)
+            except KeyError:
+                pass
+    phases = dict.fromkeys(PHASES, 0)
+    for job in snap.jobs.values():
+        phases[job.phase] = phases.get(job.phase, 0) + 1
+    for ph, n in phases.items():
+        metrics.JOBS_BY_PHASE.labels(phase=ph).set(n)

@@ -1,0 +1,127 @@
+"""A controller-runtime style work queue: deduplicated keys, one worker per key at a time,
+delayed re-adds, bounded backoff, one log line per failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable, Hashable
+
+from kubeforge import metrics
+from kubeforge.runtime.client import ApiError
+
+log = logging.getLogger("kubeforge.queue")
+
+MAX_BACKOFF = 300.0
+"""Seconds: the longest wait before a failing key is retried (controller-runtime: 1000 s)."""
+
+
+class WorkQueue:
+    """Keys in, one ``handler(key)`` call per key at a time out, ``workers`` at once.
+
+    ``handler`` returns seconds until the key wants another look (or None). When it raises,
+    the key is retried after an exponential backoff (0.5 s doubling to MAX_BACKOFF). The
+    failure is logged in one line; a traceback is logged only the first time a key fails with
+    an error that is not an :class:`~kubeforge.runtime.client.ApiError` (a bug, not the
+    cluster), so a permanent problem never floods the log.
+
+    ``gate`` (an :class:`asyncio.Event`), when given, must be set for work to start: the
+    operator's leadership.
+    """
+
+    def __init__(self, handler: Callable[[Hashable], Awaitable[float | None]], workers: int = 8,
+                 name: str = "queue", gate: asyncio.Event | None = None):
+        self._handler = handler
+        self._workers = workers
+        self._name = name
+        self._gate = gate
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._pending: set = set()
+        self._active: set = set()
+        self._dirty: set = set()
+        self._failures: dict[Hashable, int] = {}
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    def add(self, key: Hashable) -> None:
+        """Queue ``key`` unless already queued; a key being processed is re-run once after."""
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key in self._pending:
+            return
+        self._pending.add(key)
+        self._queue.put_nowait(key)
+
+    def add_after(self, key: Hashable, seconds: float) -> None:
+        """Queue ``key`` in ``seconds`` (at most one hour); an earlier timer for the same key
+        wins, so a key never has more than one timer."""
+        seconds = min(max(seconds, 0.0), 3600.0)
+        loop = asyncio.get_running_loop()
+        old = self._timers.get(key)
+        due = loop.time() + seconds
+        if old is not None and not old.cancelled() and old.when() <= due:
+            return
+        if old is not None:
+            old.cancel()
+        self._timers[key] = loop.call_at(due, self._fire, key)
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def forget(self, key: Hashable) -> None:
+        """Drop the key's timer and failure count (the object is gone)."""
+        t = self._timers.pop(key, None)
+        if t is not None:
+            t.cancel()
+        self._failures.pop(key, None)
+
+    def start(self) -> None:
+        for i in range(self._workers):
+            self._tasks.append(asyncio.create_task(self._work(), name=f"{self._name}-{i}"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._timers.values():
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            if self._gate is not None and not self._gate.is_set():
+                await self._gate.wait()
+            self._pending.discard(key)
+            self._active.add(key)
+            started = time.monotonic()
+            try:
+                requeue = await self._handler(key)
+                metrics.RECONCILES.labels(kind=self._name, result="success").inc()
+                self._failures.pop(key, None)
+                if requeue is not None:
+                    self.add_after(key, requeue)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # one bad object must never stop the others
+                metrics.RECONCILES.labels(kind=self._name, result="error").inc()
+                n = self._failures.get(key, 0) + 1
+                self._failures[key] = n
+                delay = min(MAX_BACKOFF, 0.5 * 2 ** (n - 1))
+                if isinstance(e, ApiError) or n > 1:
+                    log.warning("%s %s: %s; retry %d in %.1fs", self._name, key, e, n, delay)
+                else:
+                    log.exception("%s %s: unexpected error; retrying in %.1fs", self._name, key, delay)
+                self.add_after(key, delay)
+            finally:
+                metrics.RECONCILE_SECONDS.labels(kind=self._name).observe(time.monotonic() - started)
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)

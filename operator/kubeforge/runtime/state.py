@@ -1,0 +1,78 @@
+"""The one runtime object an operator process has; kopf hands it to every handler as
+``memo.rt``."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeforge.objects import Key, Record
+from kubeforge.runtime.cache import Cache
+from kubeforge.runtime.client import KubeClient
+from kubeforge.runtime.events import EventSink, ObjectRef
+
+
+@dataclass
+class Options:
+    """How this process runs (from the command line).
+
+    Attributes:
+        prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` must start
+            with; empty allows any.
+        leader_election: Whether to take part in leader election (else: always leader).
+        lease_namespace: Namespace of the leader Lease.
+        lease_name: Name of the leader Lease.
+        identity: This process's identity in the Lease.
+    """
+
+    prometheus_allow: tuple[str, ...] = ()
+    leader_election: bool = False
+    lease_namespace: str = "default"
+    lease_name: str = "kubeforge-operator"
+    identity: str = ""
+
+
+@dataclass
+class Runtime:
+    """Shared by the loops of one operator process.
+
+    Attributes:
+        cache: Indexes and this process's memory (:class:`~kubeforge.runtime.cache.Cache`).
+        client: The API client.
+        events: The Event sink.
+        options: Command-line options.
+        ready: Set once kopf has filled every index.
+        leading: Set while this process may act (it holds the Lease, or runs alone).
+        admission_wake: Set to ask for an admission round soon.
+        jobs: The TrainingJob work queue (set at startup).
+        services: The InferenceService work queue (set at startup).
+        tasks: Background tasks to cancel at shutdown.
+    """
+
+    cache: Cache = field(default_factory=Cache)
+    client: KubeClient = field(default_factory=KubeClient)
+    events: EventSink | None = None
+    options: Options = field(default_factory=Options)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    leading: asyncio.Event = field(default_factory=asyncio.Event)
+    admission_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    jobs: Any = None
+    services: Any = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def wake_admission(self) -> None:
+        self.admission_wake.set()
+
+    def queue_job(self, key: Key) -> None:
+        if self.jobs is not None:
+            self.jobs.add(key)
+
+    def queue_service(self, key: Key) -> None:
+        if self.services is not None:
+            self.services.add(key)
+
+    def event(self, kind: str, rec: Record, type_: str, reason: str, message: str, now: float | None = None) -> None:
+        """Post an Event about one of our objects (in the background)."""
+        if self.events is not None:
+            self.events.post(ObjectRef(kind, rec.namespace, rec.name, rec.uid), type_, reason, message, now)

@@ -1,0 +1,181 @@
+"""TrainingJob reconcile: read the cache, ask :func:`kubeforge.lifecycle.plan_training`, apply.
+
+This is the one writer of a TrainingJob's status. Order of the writes (see
+:class:`~kubeforge.lifecycle.TrainingPlan`): the status first (a new attempt, or a placement,
+is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
+never look like someone else's), then deletes, then the volume claim and the namespace's
+workers Service if missing, then the pods, all at once. A refused create is handed back to
+the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
+says why; it is never retried in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kubeforge import metrics
+from kubeforge.builders.training import (
+    build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
+)
+from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, plan_training
+from kubeforge.objects import Key, TrainingJobRecord, current_attempt, placement_of
+from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.state import Runtime
+
+log = logging.getLogger("kubeforge.training")
+RESYNC_SECONDS = 60.0
+"""Level-based safety net: every job is looked at again at least this often."""
+KIND = "TrainingJob"
+
+
+async def gather_bounded(coros: list, limit: int = 32) -> list[Any]:
+    """Await every coroutine, ``limit`` at a time; return results and exceptions in order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c):
+        async with sem:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
+
+
+def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext:
+    key = job.key
+    pods = rt.cache.job_pods(key)
+    placement = placement_of(job.status)
+    assumed = None if placement else rt.cache.assumed_for(key)
+    held = placement or assumed
+    names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
+    nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
+    prices = {name: (p.spec.price_per_gpu_hour if p.spec else None) for name, p in rt.cache.pools().items()}
+    return TrainingContext(
+        now=now, pods=pods, nodes=nodes, assumed=assumed,
+        waiting=rt.cache.waiting.get(key), last_wait_write=rt.cache.last_wait_write.get(key, 0.0),
+        pool_prices=prices, create_error=rt.cache.create_errors.get(key),
+        spec_hash=spec_hash(job) if job.spec is not None else "",
+    )
+
+
+async def reconcile_job(rt: Runtime, key: Key) -> float | None:
+    """One step of one job; returns seconds until it wants another look."""
+    await rt.ready.wait()
+    rec = rt.cache.job(key)
+    if rec is None or rec.deleting:
+        rt.cache.forget(key)
+        rt.wake_admission()
+        return None
+    job = rt.cache.effective(key, rec)
+    now = time.time()
+    plan = plan_training(job, _context(rt, job, now))
+    if not await _write_status(rt, job, plan, now):
+        return 1.0
+    await _apply(rt, job, plan)
+    for type_, reason, message in plan.events:
+        if type_ == "Warning" or reason in ("Running", "Succeeded", "Suspended", "Resumed", "SpecChanged"):
+            log.info("trainingjob %s/%s: %s: %s", key[0], key[1], reason, message)
+        if reason == "Preempted":
+            metrics.PREEMPTION_RESTARTS.inc()
+        elif reason == "WorkerFailed":
+            metrics.FAILURE_RESTARTS.inc()
+        rt.event(KIND, job, type_, reason, message, now)
+    if plan.release:
+        rt.wake_admission()
+    return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
+
+
+async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, now: float) -> bool:
+    """Write the plan's status (with ``observedGeneration``, only onto the version decided
+    from); False when the job changed meanwhile (409: decide again on the newer version)."""
+    key = job.key
+    if plan.status is None:
+        if plan.forget_assumed:
+            rt.cache.assumed.pop(key, None)
+        return True
+    patch = dict(plan.status)
+    patch["observedGeneration"] = job.generation
+    try:
+        written = await rt.client.patch_status(KIND, key[0], key[1], patch, resource_version=job.resource_version)
+    except ApiError as e:
+        if e.code == 409:
+            return False
+        if not e.transient:  # 422 from a status the schema refuses: a bug of ours, say it once per key
+            log.error("trainingjob %s/%s: status write refused: %s", key[0], key[1], e)
+            rt.cache.assumed.pop(key, None)
+            return False
+        raise
+    rt.cache.remember(key, written)
+    if plan.forget_assumed:
+        rt.cache.assumed.pop(key, None)
+    if plan.wrote_wait:
+        rt.cache.last_wait_write[key] = now
+    if "attempt" in patch or "placement" in patch:
+        rt.cache.create_errors.pop(key, None)
+    return True
+
+
+async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> None:
+    key = job.key
+    ns = key[0]
+    cache = rt.cache
+    gone = cache.expected(cache.deleted, key)
+    doomed = [n for n in plan.delete_pods if n not in gone]
+    if doomed:
+        cache.expect(cache.deleted, key, doomed)
+        await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
+    if plan.ungate:
+        await gather_bounded([rt.client.patch("Pod", ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}],
+                                              patch_type="json") for n in plan.ungate])
+    if not plan.create_ranks:
+        return
+    status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
+    placement = placement_of(status)
+    if placement is None:
+        return
+    attempt = current_attempt(status)
+    made = cache.expected(cache.created, key)
+    ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
+    if not ranks:
+        return
+    view = cache.view(placement.pool)
+    first = []
+    if plan.ensure_service and ns not in cache.services_made:
+        first.append(("Service", WORKERS_SERVICE, rt.client.create("Service", ns, build_workers_service(ns))))
+    if plan.ensure_claim and cache.claim((ns, pvc_name(job.name))) is None:
+        first.append(("PersistentVolumeClaim", pvc_name(job.name), rt.client.create("PersistentVolumeClaim", ns, build_pvc(job))))
+    if first:
+        results = await gather_bounded([c for _, _, c in first])
+        for (kind, name, _), r in zip(first, results):
+            if isinstance(r, BaseException):
+                if not _refused(rt, key, attempt, kind, name, r):
+                    raise r
+                return
+            if kind == "Service":
+                cache.services_made.add(ns)
+    last = status.get("lastCheckpoint")
+    pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
+                             levels=view.levels if view else (),
+                             gpu_resource=view.resource if view else "nvidia.com/gpu",
+                             tolerations=view.tolerations if view else (), last_checkpoint=last)
+            for r in ranks]
+    cache.expect(cache.created, key, [p["metadata"]["name"] for p in pods])
+    results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
+    errors = [(p, r) for p, r in zip(pods, results) if isinstance(r, BaseException)]
+    for p, r in errors:
+        cache.created.get(key, {}).pop(p["metadata"]["name"], None)
+    for p, r in errors:
+        if not _refused(rt, key, attempt, "Pod", p["metadata"]["name"], r):
+            raise r
+        break
+
+
+def _refused(rt: Runtime, key: Key, attempt: int, kind: str, name: str, err: BaseException) -> bool:
+    """Hand a permanent refusal to the next decision (True); False for anything else."""
+    if isinstance(err, ApiError) and not err.transient:
+        log.warning("trainingjob %s/%s: %s %s refused: %s", key[0], key[1], kind, name, err)
+        rt.cache.create_errors[key] = CreateError(attempt, kind, name, err.code, err.message)
+        rt.queue_job(key)
+        return True
+    return False
