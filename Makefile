@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-autoscaling
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-autoscaling image
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,13 @@ crds: setup
 
 check-crds: setup
 	$(BIN)/kubeforge crds --check
+
+# The operator image without Docker: hack/build-image.sh builds an OCI layout from Debian's
+# packages (mmdebstrap, umoci; installed with apt-get when missing) and the project's wheel,
+# cached by a hash of its inputs; prints the layout's path. IMAGE_ARGS=--archive adds an oci-archive.
+IMAGE_ARGS ?=
+image: setup
+	bash hack/build-image.sh $(IMAGE_ARGS)
 
 .PHONY: bench-training-burst bench-memory
 
