@@ -1,46 +1,49 @@
-"""Tests of the pure manifest builders (kubeforge.builders.training, kubeforge.builders.common)."""
+"""Tests of the pure manifest builders (kubeforge.builders.training, .inference, .common).
+
+Records are built from dicts the way the operator builds them (``record_from_k8s``: the spec
+parsed once, the API defaults applied there).
+"""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 
 import pytest
 
+from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
 from kubeforge.builders.common import (
-    ASSIGNED_NODE,
-    GANG_GATE,
-    JOB_NAME,
-    POOL_LABEL,
-    REPLICA_INDEX,
-    RESTART_ATTEMPT,
-    get_condition,
-    owner_reference,
-    parse_time,
-    rfc3339,
-    set_condition,
+    conditions_equal, get_condition, owner_reference, parse_time, rfc3339, set_condition,
+)
+from kubeforge.builders.inference import (
+    build_deployment, build_pod_template, build_service, release_patch, template_hash,
 )
 from kubeforge.builders.training import (
-    MASTER_PORT,
-    build_pvc,
-    build_service,
-    build_worker_pod,
-    checkpoint_claim,
-    pod_name,
-    pvc_name,
-    service_name,
-    worker_hostname,
+    MASTER_PORT, WORKERS_SERVICE, build_pvc, build_worker_pod, build_workers_service, checkpoint_claim,
+    master_address, pod_name, pvc_name, worker_hostname,
 )
+from kubeforge.objects import (
+    ADMISSION_GATE, ASSIGNED_NODE, JOB_NAME, MANAGED_BY, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL,
+    SERVICE_NAME, TEMPLATE_HASH, PlacementRecord, pod_from_k8s, record_from_k8s,
+)
+from kubeforge.placement import TopologyLevel
 
-NAME, NS, UID = "llm", "team-a", "uid-1234"
-NODES = ["n0", "n1", "n2", "n3"]
-AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
+NAME, NS = "llm", "team-a"
+NODES = ("n0", "n1", "n2", "n3")
+CLIQUE = "nvidia.com/gpu.clique"
+LEVELS = (TopologyLevel("nvlink", CLIQUE), TopologyLevel("block", "cloud.google.com/gce-topology-block"))
+PLACEMENT = PlacementRecord(pool="h100", nodes=NODES, level="nvlink", domain="nvl-a", reason="best fit")
 
 
-def job(replicas=4, gpus=8, containers=None, checkpoint=None, template_extra=None, **spec_overrides):
+def _with_images(containers):
+    return [{"image": "img:1", **c} for c in containers]
+
+
+def job_body(replicas=4, gpus=8, containers=None, checkpoint=None, template_extra=None, **spec_overrides):
     ck = {"size": "10Gi", "accessModes": ["ReadWriteMany"], "mountPath": "/checkpoints", "deletionPolicy": "Retain"}
     ck.update(checkpoint or {})
-    tspec = {"containers": containers if containers is not None else
+    tspec = {"containers": _with_images(containers) if containers is not None else
              [{"name": "trainer", "image": "pytorch:2", "env": [{"name": "USER_VAR", "value": "1"}]}]}
     tspec.update(template_extra or {})
     spec = {
@@ -52,13 +55,27 @@ def job(replicas=4, gpus=8, containers=None, checkpoint=None, template_extra=Non
     }
     spec.update(spec_overrides)
     return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": NAME, "namespace": NS, "uid": UID, "generation": 1}, "spec": spec}
+            "metadata": {"name": NAME, "namespace": NS, "generation": 1}, "spec": spec}
 
 
-def worker(body=None, rank=1, attempt=0, **kw):
-    kw.setdefault("nodes", NODES)
-    kw.setdefault("affinity", AFFINITY)
-    return build_worker_pod(body or job(), rank=rank, attempt=attempt, **kw)
+def record(body):
+    """The record of ``body``; a distinct uid per distinct spec (specs are parsed once per uid
+    and generation)."""
+    body = copy.deepcopy(body)
+    body["metadata"].setdefault("uid", "uid-" + hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:10])
+    return record_from_k8s(TrainingJobSpec, body)
+
+
+def job(*args, **kw):
+    rec = record(job_body(*args, **kw))
+    assert rec.spec is not None, rec.spec_error
+    return rec
+
+
+def worker(rec=None, rank=1, attempt=0, **kw):
+    kw.setdefault("placement", PLACEMENT)
+    kw.setdefault("levels", LEVELS)
+    return build_worker_pod(rec or job(), rank=rank, attempt=attempt, **kw)
 
 
 def container(pod_, name):
@@ -69,18 +86,27 @@ def env_of(c):
     return {e["name"]: e.get("value") for e in c.get("env") or []}
 
 
-OWNER = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob", "name": NAME, "uid": UID,
-         "controller": True, "blockOwnerDeletion": True}
+def owner(rec, kind="TrainingJob", name=NAME):
+    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": kind, "name": name, "uid": rec.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def pin(node, domain="nvl-a"):
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    if domain:
+        term["matchExpressions"] = [{"key": CLIQUE, "operator": "In", "values": [domain]}]
+    return term
 
 
 # --------------------------------------------------------------------------- names
 
 
 def test_names():
-    assert service_name(NAME) == NAME
+    assert WORKERS_SERVICE == "kubeforge-workers"  # one headless Service per namespace (was one per job)
     assert pvc_name(NAME) == "llm-checkpoint"
     assert worker_hostname(NAME, 3) == "llm-worker-3"
     assert pod_name(NAME, 3, 2) == "llm-worker-3-2"
+    assert master_address(NAME, NS) == "llm-worker-0.kubeforge-workers.team-a.svc"
 
 
 # --------------------------------------------------------------------------- worker pod: GPUs
@@ -105,6 +131,8 @@ def test_gpu_request_and_limit_on_trainer_or_first_container(containers, gpu_con
         else:
             assert "nvidia.com/gpu" not in (res.get("limits") or {})
             assert "nvidia.com/gpu" not in (res.get("requests") or {})
+    # what the ledger will read back from the pod: the gang's GPUs, once
+    assert pod_from_k8s(p).requests == {"nvidia.com/gpu": 4}
 
 
 def test_gpu_resource_name_and_user_resources_kept():
@@ -116,10 +144,13 @@ def test_gpu_resource_name_and_user_resources_kept():
     assert res["requests"] == {"cpu": "8", "amd.com/gpu": "8"}
 
 
-def test_default_container_when_template_has_none():
-    p = worker(job(containers=[]))
-    assert [c["name"] for c in p["spec"]["containers"]] == ["trainer"]
-    assert p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+def test_template_without_containers_is_refused_by_the_model():
+    # Rule changed on purpose: the builder used to add a default "trainer" container; the API
+    # now refuses such a template up front (before any GPUs are reserved for it).
+    rec = record(job_body(containers=[]))
+    assert rec.spec is None and "containers" in rec.spec_error
+    no_image = record(job_body(containers=[{"name": "trainer", "image": ""}]))
+    assert no_image.spec is None and "image" in no_image.spec_error
 
 
 # --------------------------------------------------------------------------- worker pod: env
@@ -129,7 +160,7 @@ def test_default_container_when_template_has_none():
 def test_torchrun_env(rank):
     p = worker(job(replicas=4, gpus=8), rank=rank, attempt=2)
     env = env_of(container(p, "trainer"))
-    master = f"{NAME}-worker-0.{NAME}.{NS}.svc"
+    master = f"{NAME}-worker-0.kubeforge-workers.{NS}.svc"
     assert env["PET_NNODES"] == "4"
     assert env["PET_NPROC_PER_NODE"] == "8"
     assert env["PET_NODE_RANK"] == str(rank)
@@ -182,8 +213,8 @@ def test_checkpoint_volume_and_mount(checkpoint, claim, mount):
     extra = {"volumes": [{"name": "data", "emptyDir": {}}, {"name": "checkpoint", "emptyDir": {}}]}
     containers = [{"name": "trainer", "volumeMounts": [{"name": "data", "mountPath": "/data"},
                                                        {"name": "checkpoint", "mountPath": "/old"}]}]
-    body = job(containers=containers, checkpoint=checkpoint, template_extra=extra)
-    p = worker(body)
+    rec = job(containers=containers, checkpoint=checkpoint, template_extra=extra)
+    p = worker(rec)
     vols = {v["name"]: v for v in p["spec"]["volumes"]}
     assert vols["checkpoint"] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim}}
     assert "data" in vols and len(p["spec"]["volumes"]) == 2
@@ -191,31 +222,33 @@ def test_checkpoint_volume_and_mount(checkpoint, claim, mount):
     assert {"name": "data", "mountPath": "/data"} in mounts
     assert [m for m in mounts if m["name"] == "checkpoint"] == [{"name": "checkpoint", "mountPath": mount}]
     assert env_of(container(p, "trainer"))["KUBEFORGE_CHECKPOINT_DIR"] == mount
-    assert checkpoint_claim(body) == claim
+    assert checkpoint_claim(rec) == claim
 
 
 # --------------------------------------------------------------------------- worker pod: spec, metadata
 
 
-@pytest.mark.parametrize("gated", [True, False])
-def test_scheduling_gate(gated):
-    p = worker(gated=gated)
-    if gated:
-        assert p["spec"]["schedulingGates"] == [{"name": GANG_GATE}] == [{"name": "kubeforge.io/gang"}]
-    else:
+def test_no_scheduling_gate():
+    # Rule changed on purpose: workers are created already placed and ungated (the 0.1 gang
+    # gate kubeforge.io/gang is gone); admission reserved their GPUs before they exist.
+    for rank in range(4):
+        p = worker(rank=rank)
         assert "schedulingGates" not in p["spec"]
+        assert not pod_from_k8s(p).gated
 
 
 def test_pod_spec_basics():
-    p = worker(rank=2, attempt=1)
+    rec = job()
+    p = worker(rec, rank=2, attempt=1)
     s = p["spec"]
     assert s["restartPolicy"] == "Never"
     assert s["hostname"] == "llm-worker-2"
-    assert s["subdomain"] == "llm"
-    assert s["affinity"] == AFFINITY
+    assert s["subdomain"] == WORKERS_SERVICE
+    assert s["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [pin("n2")]}}}
     assert p["metadata"]["name"] == "llm-worker-2-1"
     assert p["metadata"]["namespace"] == NS
-    assert p["metadata"]["ownerReferences"] == [OWNER]
+    assert p["metadata"]["ownerReferences"] == [owner(rec)]
     assert p["metadata"]["annotations"] == {"note": "x", ASSIGNED_NODE: "n2"}
     for c in s["containers"]:
         assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
@@ -227,15 +260,17 @@ def test_restart_policy_overrides_template():
 
 
 def test_labels():
-    p = worker(rank=3, attempt=5, pool="h100-spot")
+    p = worker(rank=3, attempt=5, placement=PlacementRecord("h100-spot", NODES, "nvlink", "nvl-a"))
     labels = p["metadata"]["labels"]
     assert labels["team"] == "a"
     assert labels[JOB_NAME] == NAME
     assert labels[REPLICA_INDEX] == "3"
     assert labels[RESTART_ATTEMPT] == "5"
-    assert labels[POOL_LABEL] == "h100-spot"
-    assert labels["app.kubernetes.io/managed-by"] == "kubeforge"
-    assert POOL_LABEL not in worker(pool=None)["metadata"]["labels"]
+    assert labels[POOL_LABEL] == "h100-spot"  # always the placement's pool now (there is always one)
+    assert labels[MANAGED_BY] == "kubeforge"
+    assert labels[ROLE_LABEL] == "worker"
+    v = pod_from_k8s(p)  # the index reads back what the builder wrote
+    assert (v.job, v.rank, v.attempt, v.pool, v.assigned) == (NAME, 3, 5, "h100-spot", "n3")
 
 
 @pytest.mark.parametrize(
@@ -252,68 +287,137 @@ def test_pool_tolerations_appended(template_tolerations, pool_tolerations):
     assert p["spec"]["tolerations"] == template_tolerations + pool_tolerations
 
 
-def test_job_body_not_mutated_and_pods_independent():
-    body = job()
-    snapshot = copy.deepcopy(body)
-    a = worker(body, rank=0)
-    b = worker(body, rank=1)
-    assert body == snapshot
+def test_job_record_not_mutated_and_pods_independent():
+    rec = job(template_extra={"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "tolerations": [{"key": "t", "operator": "Exists"}]})
+    snapshot = rec.spec.model_dump(mode="json")
+    a = worker(rec, rank=0, tolerations=[{"key": "pool", "operator": "Exists"}])
+    b = worker(rec, rank=1)
+    assert rec.spec.model_dump(mode="json") == snapshot
     a["spec"]["containers"][0]["env"].append({"name": "X", "value": "y"})
+    a["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"].append({"key": "k", "operator": "Exists"})
     assert "X" not in env_of(b["spec"]["containers"][0])
+    assert rec.spec.model_dump(mode="json") == snapshot
+    assert b["spec"]["tolerations"] == [{"key": "t", "operator": "Exists"}]
 
 
-# --------------------------------------------------------------------------- service, PVC
+def test_rank_outside_the_placement_is_refused():
+    with pytest.raises(IndexError):
+        worker(rank=4)
 
 
-def test_service_is_headless_and_publishes_not_ready():
-    s = build_service(job())
+# --------------------------------------------------------------------------- worker pod: node affinity
+
+
+def test_pin_is_anded_into_every_template_term_and_preferences_are_kept():
+    preferred = [{"weight": 1, "preference": {"matchExpressions": [{"key": "fast", "operator": "Exists"}]}}]
+    template_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}]},
+            ]},
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    p = worker(job(template_extra={"affinity": template_affinity}), rank=1)
+    aff = p["spec"]["affinity"]
+    assert aff["podAntiAffinity"] == template_affinity["podAntiAffinity"]
+    assert aff["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+    terms = aff["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    name_pin = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    domain = {"key": CLIQUE, "operator": "In", "values": ["nvl-a"]}
+    assert terms == [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}, domain], "matchFields": [name_pin]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}, name_pin],
+         "matchExpressions": [domain]},
+    ]
+    # terms are ORed: every one of them carries the pin, so whichever matches, it is the node
+    assert all(name_pin in t["matchFields"] and domain in t["matchExpressions"] for t in terms)
+
+
+@pytest.mark.parametrize(
+    "placement, levels, expected",
+    [
+        (PLACEMENT, LEVELS, pin("n1")),
+        (PlacementRecord("h100", NODES, "block", "b0"), LEVELS,
+         {"matchFields": pin("n1")["matchFields"],
+          "matchExpressions": [{"key": "cloud.google.com/gce-topology-block", "operator": "In", "values": ["b0"]}]}),
+        (PLACEMENT, (), pin("n1", domain=None)),                        # a pool edit dropped the level: pin only
+        (PlacementRecord("h100", NODES, None, None), LEVELS, pin("n1", domain=None)),  # placed pool-wide
+    ],
+)
+def test_pin_by_node_name_and_domain_label(placement, levels, expected):
+    p = worker(rank=1, placement=placement, levels=levels)
+    assert p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [expected]}
+
+
+# --------------------------------------------------------------------------- workers Service, PVC
+
+
+def test_workers_service_is_headless_per_namespace_and_selects_every_worker():
+    s = build_workers_service(NS)
     assert s["kind"] == "Service" and s["apiVersion"] == "v1"
-    assert s["metadata"]["name"] == NAME and s["metadata"]["namespace"] == NS
-    assert s["metadata"]["ownerReferences"] == [OWNER]
+    assert s["metadata"]["name"] == WORKERS_SERVICE and s["metadata"]["namespace"] == NS
+    assert s["metadata"]["labels"] == {MANAGED_BY: "kubeforge"}
+    # It serves every job of the namespace: no single job owns it (rule changed: was one owned Service per job).
+    assert "ownerReferences" not in s["metadata"]
     assert s["spec"]["clusterIP"] == "None"
     assert s["spec"]["publishNotReadyAddresses"] is True
-    assert s["spec"]["selector"] == {JOB_NAME: NAME}
-    assert s["spec"]["ports"][0]["port"] == 29500
+    assert s["spec"]["selector"] == {MANAGED_BY: "kubeforge", ROLE_LABEL: "worker"}
+    assert s["spec"]["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]
+    # every worker of every job matches the selector; serving replicas do not
+    for rec in (job(), record(job_body(replicas=2) | {"metadata": {"name": "other", "namespace": NS, "generation": 1}})):
+        labels = worker(rec, rank=1)["metadata"]["labels"]
+        assert s["spec"]["selector"].items() <= labels.items()
+    assert not s["spec"]["selector"].items() <= serving_template()["metadata"]["labels"].items()
 
 
 @pytest.mark.parametrize("policy, owned", [("Retain", False), ("Delete", True), (None, False)])
 def test_pvc_owner_reference_only_for_delete(policy, owned):
-    ck = {"size": "50Gi", "accessModes": ["ReadWriteOnce"], "storageClassName": "fast"}
-    body = job(checkpoint=ck)
+    body = job_body(checkpoint={"size": "50Gi", "accessModes": ["ReadWriteOnce"], "storageClassName": "fast"})
     if policy is None:
-        body["spec"]["checkpoint"].pop("deletionPolicy")
+        body["spec"]["checkpoint"].pop("deletionPolicy")  # the default is Retain
     else:
         body["spec"]["checkpoint"]["deletionPolicy"] = policy
-    pvc = build_pvc(body)
+    rec = record(body)
+    pvc = build_pvc(rec)
     assert pvc["kind"] == "PersistentVolumeClaim"
     assert pvc["metadata"]["name"] == "llm-checkpoint" and pvc["metadata"]["namespace"] == NS
+    assert pvc["metadata"]["labels"] == {MANAGED_BY: "kubeforge", JOB_NAME: NAME}
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert pvc["spec"]["resources"]["requests"]["storage"] == "50Gi"
     assert pvc["spec"]["storageClassName"] == "fast"
     if owned:
-        assert pvc["metadata"]["ownerReferences"] == [OWNER]
+        assert pvc["metadata"]["ownerReferences"] == [owner(rec)]
     else:
         assert "ownerReferences" not in pvc["metadata"]
 
 
 def test_pvc_defaults():
-    body = job()
+    body = job_body()
     body["spec"]["checkpoint"] = {}
-    pvc = build_pvc(body)
+    pvc = build_pvc(record(body))
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
     assert "storageClassName" not in pvc["spec"]
+    assert "ownerReferences" not in pvc["metadata"]
 
 
 # --------------------------------------------------------------------------- common
 
 
 def test_owner_reference():
-    assert owner_reference(job()) == OWNER
-    body = job()
-    body.pop("apiVersion")
-    assert owner_reference(body, controller=False)["apiVersion"] == "kubeforge.io/v1alpha1"
-    assert owner_reference(body, controller=False)["controller"] is False
+    assert owner_reference("TrainingJob", NAME, "u-1") == {
+        "apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob", "name": NAME, "uid": "u-1",
+        "controller": True, "blockOwnerDeletion": True}
+    ref = owner_reference("InferenceService", "chat", "u-2", controller=False)
+    assert ref["apiVersion"] == "kubeforge.io/v1alpha1" and ref["kind"] == "InferenceService"
+    assert ref["controller"] is False and ref["blockOwnerDeletion"] is True
 
 
 @pytest.mark.parametrize(
@@ -375,22 +479,204 @@ def test_set_condition_sorted_truncated_and_no_generation():
     assert set_condition(None, "A", True, "R", "m", NOW)[0]["type"] == "A"
 
 
-def test_serving_pods_wait_behind_the_admission_gate_and_release_narrows_affinity():
-    from kubeforge.builders.inference import build_deployment
-    from kubeforge.handlers.inference import _release_patch
+@pytest.mark.parametrize(
+    "change, equal",
+    [({}, True), ({"lastTransitionTime": rfc3339(NOW + 5)}, True), ({"message": "other"}, False),
+     ({"status": "False"}, False), ({"observedGeneration": 8}, False), ({"reason": "X"}, False)],
+)
+def test_conditions_equal_ignores_only_the_transition_time(change, equal):
+    a = set_condition([], "Ready", True, "R", "m", NOW, 7)
+    b = [{**a[0], **change}]
+    assert conditions_equal(a, b) == equal
+    assert conditions_equal(None, []) and not conditions_equal(a, None)
 
-    svc = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-           "metadata": {"name": "chat", "namespace": "ns", "uid": "u1"},
-           "spec": {"gpusPerReplica": 2, "port": 8000, "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}}}
-    dep = build_deployment(svc, replicas=1, node_selector={"matchLabels": {"pool": "h100"}}, pool="h100")
-    pod_spec = dep["spec"]["template"]["spec"]
-    assert pod_spec["schedulingGates"] == [{"name": "kubeforge.io/admission"}]
-    pod = {"metadata": {"annotations": {}}, "spec": {"affinity": pod_spec["affinity"]}}
-    ops = _release_patch(pod, "node-7")
-    base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields"
-    assert {"op": "add", "path": base, "value": [{"key": "metadata.name", "operator": "In", "values": ["node-7"]}]} in ops
-    assert {"op": "add", "path": "/metadata/annotations", "value": {"kubeforge.io/assigned-node": "node-7"}} in ops
-    assert ops[-1] == {"op": "remove", "path": "/spec/schedulingGates"}
-    # No affinity at all: one term is set (allowed while gated).
-    ops = _release_patch({"metadata": {"annotations": {"a": "b"}}, "spec": {}}, "n1")
-    assert ops[0]["path"] == "/spec/affinity" and ops[1]["path"] == "/metadata/annotations/kubeforge.io~1assigned-node"
+
+# --------------------------------------------------------------------------- serving
+
+
+def svc_record(gpus=2, port=8000, containers=None, template_extra=None, name="chat"):
+    tspec = {"containers": containers or [{"name": "vllm", "image": "vllm/vllm-openai:v0.6"}], **(template_extra or {})}
+    body = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": "ml", "uid": "u1", "generation": 1},
+            "spec": {"pools": ["h100"], "gpusPerReplica": gpus, "port": port,
+                     "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tspec}}}
+    body["metadata"]["uid"] = "u-" + hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:10]
+    rec = record_from_k8s(InferenceServiceSpec, body)
+    assert rec.spec is not None, rec.spec_error
+    return rec
+
+
+def serving_template(rec=None, **kw):
+    kw.setdefault("node_selector", {"matchLabels": {"pool": "h100"}})
+    kw.setdefault("pool", "h100")
+    return build_pod_template(rec or svc_record(), **kw)
+
+
+def test_pod_template_gpus_port_gate_labels_and_tolerations():
+    containers = [{"name": "log", "image": "busybox"}, {"name": "vllm", "image": "v", "ports": [{"containerPort": 8000}]}]
+    t = serving_template(svc_record(gpus=4, containers=containers, template_extra={"tolerations": [{"key": "a"}]}),
+                         gpu_resource="amd.com/gpu", tolerations=[{"key": "pool", "operator": "Exists"}])
+    spec = t["spec"]
+    vllm = next(c for c in spec["containers"] if c["name"] == "vllm")
+    assert vllm["resources"] == {"limits": {"amd.com/gpu": "4"}, "requests": {"amd.com/gpu": "4"}}
+    assert vllm["ports"] == [{"containerPort": 8000}]  # the serving port is there already: not added twice
+    assert "resources" not in next(c for c in spec["containers"] if c["name"] == "log")
+    assert spec["schedulingGates"] == [{"name": ADMISSION_GATE}]
+    assert spec["tolerations"] == [{"key": "a"}, {"key": "pool", "operator": "Exists"}]
+    assert t["metadata"]["labels"] == {"app": "chat", MANAGED_BY: "kubeforge", SERVICE_NAME: "chat", POOL_LABEL: "h100"}
+    t = serving_template(svc_record(port=9000))
+    assert next(c for c in t["spec"]["containers"] if c["name"] == "vllm")["ports"] == [
+        {"name": "http", "containerPort": 9000}]
+
+
+def test_pod_template_ands_the_pool_selector_into_every_term():
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}]}]}}}
+    sel = {"matchLabels": {"pool": "h100"}, "matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
+    t = serving_template(svc_record(template_extra={"affinity": own}), node_selector=sel, level_label=CLIQUE)
+    ours = [{"key": "pool", "operator": "In", "values": ["h100"]}, {"key": "gpu", "operator": "Exists"},
+            {"key": CLIQUE, "operator": "Exists"}]
+    terms = t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}] + ours},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}], "matchExpressions": ours},
+    ]
+    # no selector and no level: the template's affinity is left as it was
+    t = build_pod_template(svc_record(template_extra={"affinity": own}))
+    assert t["spec"]["affinity"] == own
+
+
+def test_deployment_carries_the_template_and_its_hash():
+    rec = svc_record()
+    t = serving_template(rec)
+    dep = build_deployment(rec, replicas=3, template=t)
+    assert dep["apiVersion"] == "apps/v1" and dep["kind"] == "Deployment"
+    assert dep["metadata"]["name"] == "chat" and dep["metadata"]["namespace"] == "ml"
+    assert dep["metadata"]["ownerReferences"] == [owner(rec, "InferenceService", "chat")]
+    assert dep["metadata"]["annotations"] == {TEMPLATE_HASH: template_hash(t)}
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["template"] == t and dep["spec"]["template"] is not t
+    assert dep["spec"]["selector"]["matchLabels"].items() <= t["metadata"]["labels"].items()
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0  # an update never needs spare GPUs
+    # replicas are the autoscaler's: they never change the hash
+    assert build_deployment(rec, replicas=0, template=t)["metadata"]["annotations"] == dep["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    "rec_kw, template_kw, changes",
+    [
+        ({}, {}, False),
+        ({"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.7"}]}, {}, True),
+        ({"gpus": 4}, {}, True),
+        ({"port": 9000}, {}, True),
+        ({}, {"pool": "h200"}, True),
+        ({}, {"tolerations": [{"key": "spot", "operator": "Exists"}]}, True),
+        ({}, {"node_selector": {"matchLabels": {"pool": "other"}}}, True),
+        ({"name": "chat"}, {}, False),
+    ],
+)
+def test_template_hash_changes_when_the_template_changes(rec_kw, template_kw, changes):
+    base = template_hash(serving_template())
+    assert (template_hash(serving_template(svc_record(**rec_kw), **template_kw)) != base) == changes
+
+
+def test_template_hash_is_stable_and_order_free():
+    assert template_hash({"a": 1, "b": {"c": [1, 2]}}) == template_hash({"b": {"c": [1, 2]}, "a": 1})
+    assert template_hash({"a": [1, 2]}) != template_hash({"a": [2, 1]})
+    assert len(template_hash({})) == 16
+
+
+def test_serving_service():
+    rec = svc_record(port=8080)
+    s = build_service(rec)
+    assert s["metadata"]["name"] == "chat" and s["metadata"]["namespace"] == "ml"
+    assert s["metadata"]["ownerReferences"] == [owner(rec, "InferenceService", "chat")]
+    assert s["spec"]["selector"] == {SERVICE_NAME: "chat"}
+    assert s["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": 8080}]
+
+
+# --------------------------------------------------------------------------- release_patch
+
+
+BASE = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+FIELD = {"key": "metadata.name", "operator": "In", "values": ["node-7"]}
+
+
+@pytest.mark.parametrize(
+    "affinity, first_ops",
+    [
+        (None, [{"op": "add", "path": "/spec/affinity",
+                 "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                     "nodeSelectorTerms": [{"matchFields": [FIELD]}]}}}}]),
+        ({"podAffinity": {}}, [{"op": "add", "path": "/spec/affinity/nodeAffinity",
+                                "value": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [{"matchFields": [FIELD]}]}}}]),
+        ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+         [{"op": "add", "path": BASE, "value": {"nodeSelectorTerms": [{"matchFields": [FIELD]}]}}]),
+        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}]}}},
+         [{"op": "add", "path": f"{BASE}/nodeSelectorTerms/0/matchFields", "value": [FIELD]},
+          {"op": "add", "path": f"{BASE}/nodeSelectorTerms/1/matchFields/-", "value": FIELD}]),
+    ],
+)
+@pytest.mark.parametrize("annotated", [False, True])
+def test_release_patch_shapes(affinity, first_ops, annotated):
+    ops = release_patch(affinity, annotated, "node-7")
+    assert ops[:len(first_ops)] == first_ops
+    rest = ops[len(first_ops):]
+    if annotated:
+        assert rest[0] == {"op": "add", "path": "/metadata/annotations/kubeforge.io~1assigned-node", "value": "node-7"}
+    else:
+        assert rest[0] == {"op": "add", "path": "/metadata/annotations", "value": {ASSIGNED_NODE: "node-7"}}
+    assert rest[1:] == [{"op": "remove", "path": "/spec/schedulingGates"}]
+
+
+def _apply(doc, ops):
+    """A small RFC 6902 add/remove: a parent that does not exist is an error, as on the API server."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        last = parts[-1]
+        if op["op"] == "add":
+            if isinstance(parent, list):
+                parent.append(copy.deepcopy(op["value"])) if last == "-" else parent.insert(int(last), op["value"])
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        else:
+            del parent[int(last) if isinstance(parent, list) else last]
+    return doc
+
+
+@pytest.mark.parametrize("own_affinity", [None, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                          {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}]}}}])
+def test_released_replica_is_pinned_in_every_term_and_ungated(own_affinity):
+    extra = {"affinity": own_affinity} if own_affinity else {}
+    t = serving_template(svc_record(template_extra=extra))
+    pod = {"metadata": {"name": "chat-1", **copy.deepcopy(t["metadata"])}, "spec": copy.deepcopy(t["spec"])}
+    seen = pod_from_k8s(pod)
+    assert seen.gated and seen.affinity == t["spec"]["affinity"]
+    out = _apply(pod, release_patch(seen.affinity, seen.annotated, "node-7"))
+    terms = out["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == (2 if own_affinity else 1)
+    assert all(FIELD in t_["matchFields"] for t_ in terms)
+    assert "schedulingGates" not in out["spec"]
+    after = pod_from_k8s(out)
+    assert after.assigned == "node-7" and not after.gated and after.where == "node-7"
+    # the patch only narrows: the pool's expressions are all still there
+    for before, now in zip(t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"], terms):
+        assert now.get("matchExpressions") == before.get("matchExpressions")
+
+
+def test_release_patch_without_any_affinity_on_a_bare_pod():
+    out = _apply({"metadata": {}, "spec": {"schedulingGates": [{"name": ADMISSION_GATE}]}},
+                 release_patch(None, False, "n1"))
+    assert out["metadata"]["annotations"] == {ASSIGNED_NODE: "n1"}
+    assert out["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
