@@ -1,0 +1,222 @@
+"""The operator's memory (kubeforge.runtime.cache.Cache), without a cluster (``indexes=None``):
+the status overlay (act on our own last write until the index has caught up with it), assumed
+placements and expectations with their time limits, and forget(key).
+
+Ported from test_state.py (handlers.state.State); the work-queue test moved to test_queue.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kubeforge.lifecycle import CreateError
+from kubeforge.objects import PlacementRecord, Record
+from kubeforge.runtime import cache as cache_mod
+from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, Cache
+
+KEY = ("ns", "job")
+OTHER = ("ns", "other")
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The cache's monotonic clock, set by hand (``clock.t``)."""
+    c = SimpleNamespace(t=1000.0)
+    monkeypatch.setattr(cache_mod, "time", SimpleNamespace(monotonic=lambda: c.t))
+    return c
+
+
+def obj(rv, **status):
+    """An object as the API server answers a status write."""
+    return {"metadata": {"resourceVersion": str(rv)}, "status": status}
+
+
+def rec(rv, **status):
+    """The object as the index holds it."""
+    return Record(namespace=KEY[0], name=KEY[1], uid="u1", generation=1, resource_version=str(rv), created=0.0,
+                  deleting=False, spec=None, spec_error=None, status=status)
+
+
+# --------------------------------------------------------------------------- the status overlay
+
+
+def test_overlay_wins_until_the_index_reaches_our_write():
+    c = Cache()
+    c.remember(KEY, obj(12, placement={"nodes": ["n1"]}, phase="Pending"))
+    # The index still holds an older version without the placement: we must not forget it,
+    # however long the index lags (the job would be admitted twice).
+    assert c.effective(KEY, rec(10, phase="Pending")).status["placement"] == {"nodes": ["n1"]}
+    assert c.effective(KEY, rec(11)).status["placement"] == {"nodes": ["n1"]}
+    # The index caught up (or moved past): the index is the truth again.
+    assert c.effective(KEY, rec(12, placement={"nodes": ["n1"]}, phase="Running")).status["phase"] == "Running"
+    assert c.effective(KEY, rec(10, phase="Pending")).status == {"phase": "Pending"}  # entry dropped
+    assert KEY not in c.overlay
+
+
+def test_index_past_our_write_drops_the_overlay():
+    c = Cache()
+    c.remember(KEY, obj(12, phase="Pending"))
+    seen = rec(13, phase="Running")
+    assert c.effective(KEY, seen) is seen and KEY not in c.overlay
+
+
+def test_resource_versions_compare_as_integers():
+    c = Cache()
+    c.remember(KEY, obj(100, phase="Pending"))
+    assert c.effective(KEY, rec(99, phase="Old")).status == {"phase": "Pending"}  # "99" > "100" as strings
+    assert c.effective(KEY, rec(1000, phase="New")).status == {"phase": "New"}
+
+
+def test_overlay_carries_our_resource_version_and_keeps_the_rest_of_the_record():
+    c = Cache()
+    c.remember(KEY, obj(12, phase="Running"))
+    eff = c.effective(KEY, rec(10, phase="Pending"))
+    assert eff.resource_version == "12"  # the next write is made on the version we wrote
+    assert (eff.namespace, eff.name, eff.uid, eff.generation) == (KEY[0], KEY[1], "u1", 1)
+
+
+def test_overlay_keeps_the_full_status_returned_by_the_api_server():
+    c = Cache()
+    # Another write (admission) landed between our GET and our patch: the API server's answer
+    # holds both, so the overlay never hides the placement.
+    c.remember(KEY, obj(20, placement={"nodes": ["n2"]}, lastCheckpoint={"step": 5}))
+    assert c.effective(KEY, rec(19)).status["placement"] == {"nodes": ["n2"]}
+    assert c.effective(KEY, rec(19)).status["lastCheckpoint"] == {"step": 5}
+
+
+def test_object_deleted_during_the_write_clears_the_overlay():
+    c = Cache()
+    c.remember(KEY, obj(5, phase="Running"))
+    c.remember(KEY, None)
+    seen = rec(3, phase="Pending")
+    assert c.effective(KEY, seen) is seen
+
+
+def test_an_older_write_finishing_late_never_replaces_a_newer_one():
+    c = Cache()
+    c.remember(KEY, obj(100, placement={"nodes": ["n1"]}))
+    c.remember(KEY, obj(90, phase="Pending"))  # issued earlier, answered later
+    assert c.effective(KEY, rec(80)).status["placement"] == {"nodes": ["n1"]}
+    c.remember(KEY, obj(110, phase="Running"))  # a newer answer does replace it
+    assert c.effective(KEY, rec(80)).status == {"phase": "Running"}
+
+
+def test_overlays_are_per_object():
+    c = Cache()
+    c.remember(KEY, obj(12, phase="Running"))
+    other = Record(OTHER[0], OTHER[1], "u2", 1, "5", 0.0, False, None, None, {"phase": "Pending"})
+    assert c.effective(OTHER, other) is other
+
+
+@pytest.mark.parametrize("ours, seen", [("", "10"), ("12", ""), ("abc", "10"), ("12", "xyz")])
+def test_incomparable_versions_trust_our_write_for_a_while(clock, ours, seen):
+    c = Cache()
+    c.remember(KEY, {"metadata": {"resourceVersion": ours}, "status": {"phase": "Running"}})
+    index = Record(KEY[0], KEY[1], "u1", 1, seen, 0.0, False, None, None, {"phase": "Pending"})
+    clock.t += EXPECTATION_TTL
+    assert c.effective(KEY, index).status == {"phase": "Running"}
+    clock.t += 1
+    assert c.effective(KEY, index) is index and KEY not in c.overlay
+
+
+def test_comparable_versions_never_time_out(clock):
+    c = Cache()
+    c.remember(KEY, obj(12, placement={"nodes": ["n1"]}))
+    clock.t += 10 * EXPECTATION_TTL
+    assert c.effective(KEY, rec(11)).status == {"placement": {"nodes": ["n1"]}}
+
+
+# --------------------------------------------------------------------------- assumed placements
+
+
+PL = PlacementRecord("h100", ("n1", "n2"), "nvlink", "d1", "fit")
+
+
+def test_assumed_placement_lives_for_assume_ttl(clock):
+    c = Cache()
+    c.waiting[KEY] = ("InsufficientGPUs", "short")
+    c.assume(KEY, PL)
+    assert KEY not in c.waiting  # placed: no longer waiting
+    assert c.assumed_for(OTHER) is None
+    clock.t += ASSUME_TTL
+    assert c.assumed_for(KEY) == PL
+    clock.t += 1
+    assert c.assumed_for(KEY) is None and KEY not in c.assumed
+
+
+def test_assuming_again_restarts_the_clock(clock):
+    c = Cache()
+    c.assume(KEY, PL)
+    clock.t += ASSUME_TTL - 1
+    c.assume(KEY, PlacementRecord("h100", ("n3", "n4")))
+    clock.t += ASSUME_TTL - 1
+    assert c.assumed_for(KEY).nodes == ("n3", "n4")
+
+
+def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_without_one(clock):
+    c = Cache()
+    c.assume(KEY, PL)
+    view = c.job_view(rec(10, phase="Pending"))
+    assert view.assumed == PL and view.placement == PL
+    c.remember(KEY, obj(11, phase="Pending", placement={"pool": "h100", "nodes": ["n5", "n6"]}))
+    view = c.job_view(rec(10, phase="Pending"))  # the index lags: our write is what counts
+    assert view.assumed is None and view.placement.nodes == ("n5", "n6")
+
+
+# --------------------------------------------------------------------------- expectations
+
+
+def test_expectations_expire_name_by_name(clock):
+    c = Cache()
+    assert c.expected(c.created, KEY) == set()
+    c.expect(c.created, KEY, ["llm-worker-0-0", "llm-worker-1-0"])
+    clock.t += 30
+    c.expect(c.created, KEY, ["llm-checkpoint"])
+    assert c.expected(c.created, KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    assert c.expected(c.deleted, KEY) == set()  # one book per kind of change
+    assert c.expected(c.created, OTHER) == set()
+    clock.t += EXPECTATION_TTL - 30
+    assert c.expected(c.created, KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    clock.t += 1
+    assert c.expected(c.created, KEY) == {"llm-checkpoint"}
+    clock.t += 30
+    assert c.expected(c.created, KEY) == set()
+
+
+def test_expecting_a_name_again_renews_it(clock):
+    c = Cache()
+    c.expect(c.deleted, KEY, ["p"])
+    clock.t += EXPECTATION_TTL
+    c.expect(c.deleted, KEY, ["p"])
+    clock.t += EXPECTATION_TTL
+    assert c.expected(c.deleted, KEY) == {"p"}
+
+
+# --------------------------------------------------------------------------- forget
+
+
+def test_forget_drops_everything_about_one_object_only():
+    c = Cache()
+    for key in (KEY, OTHER):
+        c.remember(key, obj(5, phase="Running"))
+        c.assume(key, PL)
+        c.expect(c.created, key, ["a"])
+        c.expect(c.deleted, key, ["b"])
+        c.create_errors[key] = CreateError(0, "Pod", "a", 422, "bad")
+        c.waiting[key] = ("InsufficientGPUs", "short")
+        c.last_wait_write[key] = 1.0
+    c.forget(KEY)
+    for book in (c.overlay, c.assumed, c.created, c.deleted, c.create_errors, c.waiting, c.last_wait_write):
+        assert KEY not in book and OTHER in book
+    seen = rec(1, phase="Pending")
+    assert c.effective(KEY, seen) is seen and c.assumed_for(KEY) is None
+    assert c.expected(c.created, KEY) == set() and c.expected(c.deleted, KEY) == set()
+    c.forget(("ns", "never-seen"))  # harmless
+
+
+def test_without_indexes_the_cache_reads_nothing():
+    c = Cache()
+    assert c.job(KEY) is None and c.job_pods(KEY) == [] and list(c.jobs()) == [] and c.pools() == {}
+    assert c.view("h100") is None

@@ -1,0 +1,90 @@
+"""The controller-style work queue (kubeforge.runtime.queue.WorkQueue). Moved from
+test_state.py (handlers.state.WorkQueue)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubeforge.runtime.queue import WorkQueue
+
+
+async def _until(pred, tries=200):
+    """Poll ``pred`` for at most ``tries`` x 10 ms (bounded)."""
+    for _ in range(tries):
+        if pred():
+            return True
+        await asyncio.sleep(0.01)
+    return pred()
+
+
+def test_work_queue_runs_a_key_once_at_a_time_and_reruns_it_when_dirty():
+    async def scenario():
+        seen, gate = [], asyncio.Event()
+
+        async def handler(key):
+            seen.append(key)
+            if len(seen) == 1:
+                await gate.wait()
+            return None
+
+        q = WorkQueue(handler, workers=4, name="t")
+        q.start()
+        q.add("a")
+        await _until(lambda: seen)
+        q.add("a")  # while "a" runs: marked dirty, not run concurrently
+        q.add("a")
+        await asyncio.sleep(0.05)  # a short window in which a second run must NOT start
+        assert seen == ["a"]
+        gate.set()
+        await _until(lambda: len(seen) == 2)
+        await asyncio.sleep(0.05)  # and only once more, however many adds came meanwhile
+        await q.stop()
+        return seen
+
+    assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_work_queue_deduplicates_queued_keys_and_waits_for_its_gate():
+    async def scenario():
+        seen, gate = [], asyncio.Event()
+
+        async def handler(key):
+            seen.append(key)
+            return None
+
+        q = WorkQueue(handler, workers=2, name="t", gate=gate)
+        q.start()
+        for k in ("a", "b", "a", "a", "b"):
+            q.add(k)
+        await asyncio.sleep(0.05)
+        assert seen == []  # not leading yet
+        gate.set()
+        await _until(lambda: len(seen) == 2)
+        await asyncio.sleep(0.05)
+        await q.stop()
+        return sorted(seen)
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_work_queue_requeues_after_the_handler_asks_and_retries_a_failure():
+    async def scenario():
+        calls = []
+
+        async def handler(key):
+            calls.append(key)
+            if len(calls) == 1:
+                return 0.02  # look again soon
+            if len(calls) == 2:
+                raise RuntimeError("boom")  # retried after 0.5 s
+            return None
+
+        q = WorkQueue(handler, workers=1, name="t")
+        q.start()
+        q.add("k")
+        ok = await _until(lambda: len(calls) >= 3, tries=300)
+        await q.stop()
+        return ok, calls
+
+    ok, calls = asyncio.run(scenario())
+    assert ok and calls == ["k", "k", "k"]
