@@ -275,11 +275,6 @@ def test_startup_retry_limit(used, limit, fails):
         assert p.requeue_after == pytest.approx(delay)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "startup_policy runs before progress_policy and checks the phase written so far: a gang whose "
-    "workers are all Running at the reconcile that first sees them past startupTimeoutSeconds "
-    "(operator restarted or lagging, a slow watch) is torn down as 'StartupTimeout (2 of 2 workers "
-    "Running)' instead of being marked Running"))
 def test_gang_all_running_at_the_deadline_is_not_a_startup_timeout():
     p = plan(job(2, status=startup(2, admitted_ago=700)), pods(2), nodes(2), spec_hash="h1")
     assert p.status["phase"] == "Running"
@@ -315,11 +310,6 @@ def test_kubelet_rejections_list():
     assert not rejected_by_kubelet(pod(0, phase="Pending", reason="OutOfnvidia.com/gpu"))  # only once Failed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a worker of a Running gang that the kubelet refuses on re-admission (kubelet restart before the "
-    "device plugin registers: UnexpectedAdmissionError / OutOfnvidia.com/gpu) is skipped by the failure "
-    "policy and the startup policy returns at once for phase Running: the gang keeps its GPUs with a "
-    "dead rank, no status change and no requeue"))
 def test_kubelet_rejection_of_a_running_gang_restarts_it():
     p = plan(job(2, status=startup(2, admitted_ago=5000, phase="Running")),
              [pod(0), pod(1, phase="Failed", reason="UnexpectedAdmissionError")], nodes(2), spec_hash="h1")
@@ -453,12 +443,6 @@ def test_invalid_spec_is_said_once_and_holds_no_placement():
     assert again.status is None and again.events == [] and not again.release
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a job whose spec the model refuses releases its placement (the ledger stops reserving its GPUs "
-    "and the docstring says 'hold nothing') but its live pods are never deleted, now or on any later "
-    "reconcile (plan_training returns before the stale-pod sweep): they keep their GPUs indefinitely "
-    "and the job's end is never recorded (if keeping a running workload through a schema change is "
-    "meant, the placement should be kept as well)"))
 def test_invalid_spec_deletes_the_live_pods_it_releases():
     p = plan(invalid_job(admitted(2, phase="Running")), pods(2), nodes(2))
     assert sorted(p.delete_pods) == [f"{NAME}-worker-0-0", f"{NAME}-worker-1-0"]
@@ -468,11 +452,6 @@ def test_invalid_spec_deletes_the_live_pods_it_releases():
 
 
 @pytest.mark.parametrize("what", ["preemption", "failure"])
-@pytest.mark.xfail(strict=True, reason=(
-    "admission writes no status.attempt, so a fresh job's attempt is the legacy sum failures + "
-    "preemptions; the policy bumps that counter in the draft before stop_gang reads d.attempt, so "
-    "the first restart writes attempt 2, not 1 (current_attempt: 'moves by one every time the gang "
-    "is stopped'; KUBEFORGE_RESTART_ATTEMPT: '+1 per gang restart')"))
 def test_first_restart_of_a_fresh_job_is_attempt_one(what):
     j = job(2, status={})
     j = merged(j, plan(j, [], nodes(2), assumed=ASSUMED, spec_hash="h1"))

@@ -37,34 +37,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_operator(c: Cluster, extra_env: dict[str, str] | None = None) -> int:
+def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                   name: str = "operator") -> int:
     """Start ``kubeforge run`` in the background against cluster ``c``; returns its pid.
 
     The liveness and metrics endpoints get free loopback ports (written beside the pid as
-    ``operator.ports``), so several local clusters can each run an operator.
+    ``<name>.ports``), so several operators can run side by side (``name`` tells them apart:
+    ``<name>.pid``, ``<name>.log``). ``args`` are extra ``kubeforge run`` flags.
     """
-    stop_operator(c)
+    stop_operator(c, name)
     health, metrics_port = free_port(), free_port()
-    (c.dir / "operator.ports").write_text(json.dumps({"health": health, "metrics": metrics_port}))
-    log = open(c.dir / "operator.log", "ab")
+    (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port}))
+    log = open(c.dir / f"{name}.log", "ab")
     env = {**c.env(), **(extra_env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
-         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
+         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port), *args],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
     )
-    (c.dir / "operator.pid").write_text(str(proc.pid))
+    (c.dir / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
 
 
-def stop_operator(c: Cluster) -> None:
-    """Stop the operator the demo started, if any (SIGTERM, bounded wait)."""
-    pidfile = c.dir / "operator.pid"
+def stop_operator(c: Cluster, name: str = "operator", sig: int = signal.SIGTERM) -> None:
+    """Stop an operator started by :func:`start_operator`, if any: ``sig`` (SIGTERM, or
+    SIGKILL to kill it at once), then SIGKILL after a bounded wait."""
+    pidfile = c.dir / f"{name}.pid"
     if not pidfile.exists():
         return
     try:
         pid = int(pidfile.read_text())
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, sig)
         for _ in range(50):
             os.kill(pid, 0)
             time.sleep(0.1)

@@ -8,7 +8,7 @@ the per-pool placement view (:func:`pool_view`), and one decision for the whole 
 
 from kubeforge.admission._ledger import Ledger, WorkloadKey, build_ledger, build_ledgers
 from kubeforge.admission._plan import (
-    BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionPlan, Serve, Wait, awaiting_admission, candidate_pools,
+    BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, Serve, Wait, awaiting_admission, candidate_pools,
     first_pool_index, gang_request, plan_admission, queued_since,
 )
 from kubeforge.admission._pools import PoolView, pool_members, pool_view
@@ -18,7 +18,7 @@ from kubeforge.admission._snapshot import (
 )
 
 __all__ = [
-    "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionPlan", "JobView", "Ledger",
+    "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "Serve", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",
     "pool_capacity_type", "pool_members", "pool_resource", "pool_status", "pool_view", "queued_since",

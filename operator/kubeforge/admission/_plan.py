@@ -72,6 +72,43 @@ class AdmissionPlan:
     views: dict[str, PoolView] = field(default_factory=dict)
 
 
+@dataclass
+class AdmissionMemo:
+    """What one round leaves to the next, so a gang that did not fit is not placed again for
+    nothing: placement is monotone in free GPUs, so an answer "does not fit" stays true until
+    some node of the pool has more free GPUs (or becomes usable) than when it was given.
+
+    Owned by the caller and passed to every :func:`plan_admission`; plain data.
+
+    Attributes:
+        free: Per pool, free GPUs per usable node at the start of the last round.
+        epoch: Per pool, a counter that moves when a node's free GPUs grew since the last round
+            (a node added or made usable counts).
+        waits: Per waiting job, ``(signature, epochs of the pools tried, the Wait)``.
+    """
+
+    free: dict[str, dict[str, int]] = field(default_factory=dict)
+    shape: dict[str, tuple] = field(default_factory=dict)
+    epoch: dict[str, int] = field(default_factory=dict)
+    waits: dict[Key, tuple[tuple, tuple[int, ...], "Wait"]] = field(default_factory=dict)
+
+    def advance(self, views: Mapping[str, PoolView]) -> None:
+        """Move each pool's epoch when any of its nodes has more free GPUs than last round, or
+        the pool itself changed (its levels, tolerations, resource)."""
+        for name, view in views.items():
+            cur = {n.name: n.gpus_free for n in view.nodes if n.usable}
+            shape = (view.record.generation, view.levels, view.resource)
+            prev = self.free.get(name)
+            if prev is None or self.shape.get(name) != shape or any(g > prev.get(n, -1) for n, g in cur.items()):
+                self.epoch[name] = self.epoch.get(name, 0) + 1
+            self.free[name] = cur
+            self.shape[name] = shape
+        for gone in set(self.free) - set(views):
+            self.free.pop(gone, None)
+            self.shape.pop(gone, None)
+            self.epoch.pop(gone, None)
+
+
 def awaiting_admission(job: JobView, now: float) -> bool:
     """Whether a TrainingJob is waiting for GPUs now: a valid spec, not suspended, being
     deleted or finished, holding no placement, past its backoff (``restartNotBefore``), and
@@ -208,7 +245,7 @@ def _serving_request(snapshot: Snapshot, pod: Pod, view: PoolView) -> GangReques
                        tolerations=tuple(tmpl.get("tolerations") or ()), node_filter=nf)
 
 
-def plan_admission(snapshot: Snapshot, now: float) -> AdmissionPlan:
+def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None) -> AdmissionPlan:
     """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
     node; see the module docstring for the order and the rules.
 
@@ -216,6 +253,9 @@ def plan_admission(snapshot: Snapshot, now: float) -> AdmissionPlan:
         snapshot: What exists (pools, nodes, GPU pods, jobs with their effective status and
             assumed placements, services, storage classes, claims).
         now: Unix seconds.
+        memo: The previous round's :class:`AdmissionMemo` (updated in place), so gangs that
+            did not fit are not placed again until a node of their pools got freer. None:
+            every gang is placed from scratch (same answers, more CPU).
 
     Returns:
         An :class:`AdmissionPlan`; deciding changes nothing in ``snapshot``.
@@ -233,11 +273,24 @@ def plan_admission(snapshot: Snapshot, now: float) -> AdmissionPlan:
             by_key[k] = job
             queue.append(PendingGang(k, gang_request(job.record.spec), job.record.spec.priority,  # type: ignore[union-attr]
                                      job.record.created))
+    memo = memo if memo is not None else AdmissionMemo()
+    memo.advance(plan.views)
+    waits = {}
     for pending in queue_order(queue):
         job = by_key[pending.key]
-        blocked = _storage_wait(job, snapshot)
-        decision = blocked or _place_job(job, pending.request, plan.views, taken, now)
+        decision: Admit | Wait | None = _storage_wait(job, snapshot)
+        if decision is None:
+            sig = (job.record.generation, tuple(candidate_pools(job, now)))
+            epochs = tuple(memo.epoch.get(p, -1) for p in job.record.spec.pools)  # type: ignore[union-attr]
+            hit = memo.waits.get(job.key)
+            if hit is not None and hit[:2] == (sig, epochs):
+                decision = hit[2]  # nothing got freer since it did not fit: it still does not
+            else:
+                decision = _place_job(job, pending.request, plan.views, taken, now)
+            if isinstance(decision, Wait):
+                waits[job.key] = (sig, epochs, decision)
         (plan.admit if isinstance(decision, Admit) else plan.wait).append(decision)  # type: ignore[arg-type]
+    memo.waits = waits
 
     gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool),
                    key=lambda p: (p.created, p.namespace, p.name))

@@ -20,7 +20,7 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
         d.set(placement={
             "pool": pl.pool, "level": pl.level, "domain": pl.domain, "nodes": list(pl.nodes),
             "reason": pl.reason, "admittedAt": d.stamp(ctx.now), "specHash": ctx.spec_hash,
-        }, restartNotBefore=None)
+        }, restartNotBefore=None, attempt=d.attempt)
         if not d.get("restarts"):
             d.set(restarts=d.restarts)  # all three counters on record from the first admission
         if d.phase != "Restarting":

@@ -6,7 +6,8 @@ A disruption restarts the whole gang from its last checkpoint, counted in
 - a pod with condition ``DisruptionTarget=True``, any reason (``PreemptionByScheduler``,
   ``DeletionByTaintManager``, ``EvictionByEvictionAPI``, ``DeletionByPodGC``,
   ``TerminationByKubelet``);
-- a worker ``Failed`` with ``status.reason`` ``Evicted`` (kubelet node-pressure eviction);
+- a worker ``Failed`` with ``status.reason`` ``Evicted`` (kubelet node-pressure eviction), or,
+  once the gang ran, refused by its kubelet on re-admission (``UnexpectedAdmissionError``...);
 - a worker of the current attempt being deleted by someone else (kubeforge writes a new
   attempt before it deletes pods, so its own deletions never count);
 - once the gang ran, a rank whose pod is gone;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from kubeforge.lifecycle._outcome import rejected_by_kubelet
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import stop_gang
 from kubeforge.objects import Pod, interruption_reason, not_ready_wait
@@ -35,6 +37,8 @@ def disruption_reasons(d: StatusDraft, ctx: TrainingContext, current: Sequence[P
             reasons.append(f"pod {p.name}: DisruptionTarget ({p.disruption})")
         elif p.phase == "Failed" and p.reason in EVICTION_REASONS:
             reasons.append(f"pod {p.name} {p.reason}")
+        elif d.phase == "Running" and rejected_by_kubelet(p):  # e.g. after a kubelet restart
+            reasons.append(f"pod {p.name} refused by the kubelet ({p.reason})")
         elif p.deleting and not p.terminal:
             reasons.append(f"pod {p.name} deleted")
     if d.phase == "Running":

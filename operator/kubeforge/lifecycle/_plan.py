@@ -67,6 +67,9 @@ class TrainingContext:
         spec_hash: :func:`kubeforge.builders.training.spec_hash` of the current spec.
         not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
         schedule_timeout: See :data:`SCHEDULE_TIMEOUT`.
+        claim_wait: Why the gang's pods are not created yet although placed (its checkpoint
+            claim is not bound and its StorageClass binds immediately: pods created now would
+            only sit in kube-scheduler's backoff), or None to create them.
     """
 
     now: float
@@ -80,6 +83,7 @@ class TrainingContext:
     spec_hash: str = ""
     not_ready_grace: float = DEFAULT_NOT_READY_GRACE
     schedule_timeout: float = SCHEDULE_TIMEOUT
+    claim_wait: str | None = None
 
 
 @dataclass
@@ -136,6 +140,7 @@ class StatusDraft:
         self.now = now
         self.old: Mapping[str, Any] = job.status
         self.patch: dict[str, Any] = {}
+        self._attempt = current_attempt(job.status)  # before any counter of this decision moves
 
     @property
     def spec(self) -> TrainingJobSpec:
@@ -158,7 +163,9 @@ class StatusDraft:
 
     @property
     def attempt(self) -> int:
-        return current_attempt({**self.old, **self.patch})
+        """The attempt being decided on: ``status.attempt`` as written by this decision, else as
+        it was when the decision started (not re-derived from counters this decision moved)."""
+        return int(self.patch["attempt"]) if self.patch.get("attempt") is not None else self._attempt
 
     @property
     def placement(self) -> PlacementRecord | None:

@@ -10,7 +10,8 @@ from kubeforge.objects import GANG_GATE, Pod, condition
 
 
 def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> None:
-    """Create the ranks that have no pod (with the volume claim and the workers Service first),
+    """Create the ranks that have no pod (with the volume claim and the workers Service first,
+    once the claim is bound when its StorageClass binds immediately),
     lift a legacy gang gate, and once every worker runs set phase Running with the ``Running``
     and ``Ready`` conditions (``kubectl wait --for=condition=Ready``). Worker counts are
     written along with any other change (not once per pod: a gang's start is one status write)."""
@@ -18,10 +19,13 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
     assert pl is not None
     replicas = d.spec.replicas
     present = {p.rank for p in current}
-    plan.create_ranks = [r for r in range(min(replicas, len(pl.nodes))) if r not in present]
-    if plan.create_ranks:
+    missing = [r for r in range(min(replicas, len(pl.nodes))) if r not in present]
+    if missing:
         plan.ensure_claim = not d.spec.checkpoint.existing_claim_name
         plan.ensure_service = True
+        # Pods wait for an immediately-binding claim to be bound (the claim's watch event
+        # brings the job back): created earlier they would sit in kube-scheduler's backoff.
+        plan.create_ranks = [] if ctx.claim_wait else missing
     else:
         plan.ungate = sorted(p.name for p in current if GANG_GATE in p.gates)
     running = sum(1 for p in current if p.phase == "Running")

@@ -88,16 +88,18 @@ def create_error_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan
     return True
 
 
-def _not_started(current: Sequence[Pod], replicas: int) -> tuple[str, str]:
+def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None = None) -> tuple[str, str]:
     """(reason, message) of a gang that has not started, from its pods: the first stuck
-    container reason (ErrImagePull, ...), else Unschedulable, else StartupTimeout."""
+    container reason (ErrImagePull, ...), else Unschedulable, else a claim that never bound
+    (VolumeNotBound), else StartupTimeout."""
     by_rank = {p.rank: p for p in current}
-    parts: list[str] = []
-    reason = ""
+    parts: list[str] = [claim_wait] if claim_wait else []
+    reason = "" if not claim_wait else "VolumeNotBound"
     for r in range(replicas):
         p = by_rank.get(r)
         if p is None:
-            parts.append(f"rank {r}: no pod")
+            if not claim_wait:
+                parts.append(f"rank {r}: no pod")
         elif p.phase == "Running":
             continue
         elif p.waiting:
@@ -121,8 +123,8 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     its volumes) or the startup timeout (not every worker Running ``startupTimeoutSeconds``
     after admission) ends the attempt as a startup failure. Otherwise asks to be looked at
     again when the next of those deadlines passes."""
-    if d.phase == "Running":
-        return False
+    if d.phase == "Running" or (len(current) == d.spec.replicas and all(p.phase == "Running" for p in current)):
+        return False  # running (the progress step records it), whatever the clock says
     rejected = next((p for p in sorted(current, key=lambda p: p.rank) if rejected_by_kubelet(p)), None)
     if rejected is not None:
         startup_failure(d, ctx, plan, "PlacementLost",
@@ -143,7 +145,7 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     if admitted is not None:
         left = admitted + d.spec.startup_timeout_seconds - ctx.now
         if left <= 0:
-            reason, message = _not_started(current, d.spec.replicas)
+            reason, message = _not_started(current, d.spec.replicas, ctx.claim_wait)
             startup_failure(d, ctx, plan, reason,
                             f"not every worker Running {d.spec.startup_timeout_seconds}s after admission ({message})")
             return True

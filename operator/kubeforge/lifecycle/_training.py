@@ -27,18 +27,20 @@ from kubeforge.objects import TrainingJobRecord, condition
 TERMINAL = ("Succeeded", "Failed")
 
 
-def _invalid(job: TrainingJobRecord, d: StatusDraft, plan: TrainingPlan) -> None:
+def _invalid(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan: TrainingPlan) -> None:
     """A spec the models refuse (only objects made before a schema change get this far): say
-    so once, hold nothing."""
+    so once, and hold nothing: a placement is released and the gang's live pods deleted."""
     old = condition(job.status, "Admitted")
-    if old and old.get("reason") == "InvalidSpec" and old.get("message") == job.spec_error:
+    live = sorted(p.name for p in ctx.pods if not p.deleting and not p.terminal)
+    if job.status.get("placement"):
+        d.set(placement=None, attempt=d.attempt + 1)
+        plan.release = True
+    plan.delete_pods = live
+    if old and old.get("reason") == "InvalidSpec" and old.get("message") == job.spec_error and not d.patch:
         return
     conds = set_condition(job.status.get("conditions"), "Admitted", False, "InvalidSpec", job.spec_error or "",
                           d.now, job.generation)
     d.set(conditions=conds, phase=job.status.get("phase") or "Pending")
-    if job.status.get("placement"):
-        d.set(placement=None, attempt=d.attempt + 1)
-        plan.release = True
     plan.events.append(("Warning", "InvalidSpec", job.spec_error or "invalid spec"))
 
 
@@ -58,7 +60,7 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
     plan = TrainingPlan()
     d = StatusDraft(job, ctx.now)
     if job.spec is None:
-        _invalid(job, d, plan)
+        _invalid(job, ctx, d, plan)
         plan.status = d.result()
         return plan
     report_checkpoint(d, ctx, plan)

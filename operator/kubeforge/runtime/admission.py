@@ -69,7 +69,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
     """One round: decide for the whole cluster, hand the decisions to the job reconciles,
     release the serving replicas that got a node."""
     cache = rt.cache
-    plan = plan_admission(cache.snapshot(), now)
+    plan = plan_admission(cache.snapshot(), now, cache.admission_memo)
     cache.views = plan.views
     cache.ledgers = plan.ledgers
     for a in plan.admit:

@@ -11,6 +11,7 @@
   a reconcile that runs before the watch catches up does not create or delete them again
   (the Job controller's expectations).
 - Create errors and waiting reasons, handed from where they are seen to the job's reconcile.
+- Each InferenceService's autoscaler memory (``serving``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Hashable, Iterator, Mapping
 
-from kubeforge.admission import JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
+from kubeforge.admission import AdmissionMemo, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import (
     ADMISSION_GATE, DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record,
@@ -62,6 +63,8 @@ class Cache:
     views: dict[str, PoolView] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     assumed_pods: dict[Key, tuple[str, float]] = field(default_factory=dict)
+    serving: dict[Key, Any] = field(default_factory=dict)
+    admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
 
     # --- indexes ---------------------------------------------------------------------------------
 
@@ -98,10 +101,18 @@ class Cache:
         return self._one("kf_nodes", name)
 
     def job_pods(self, key: Key) -> list[Pod]:
-        return self._many("kf_job_pods", key)
+        return self._many("kf_pods", ("job",) + key)
 
     def service_pods(self, key: Key) -> list[Pod]:
-        return self._many("kf_service_pods", key)
+        return self._many("kf_pods", ("svc",) + key)
+
+    def _pods_of(self, kind: str) -> Iterator[Pod]:
+        if self.indexes is None:
+            return
+        idx = self.indexes["kf_pods"]
+        for key in list(idx.keys()):
+            if key[0] == kind:
+                yield from list(idx.get(key) or ())
 
     def jobs(self) -> Iterator[TrainingJobRecord]:
         return (v for _, v in self._all("kf_jobs"))
@@ -110,9 +121,13 @@ class Cache:
         """The Deployment of an InferenceService."""
         return self._one("kf_deployments", key)
 
-    def claim(self, key: Key) -> str | None:
-        """Phase of a PersistentVolumeClaim, None when it does not exist."""
+    def claim(self, key: Key) -> tuple[str, str] | None:
+        """(phase, storageClassName) of a PersistentVolumeClaim, None when it does not exist."""
         return self._one("kf_claims", key)
+
+    def binding_mode(self, storage_class: str) -> str | None:
+        """``volumeBindingMode`` of a StorageClass, None when it does not exist."""
+        return self._one("kf_storage_classes", storage_class)
 
     def view(self, pool: str) -> PoolView | None:
         """The pool as the last admission round saw it (its levels, tolerations, resource);
@@ -190,7 +205,7 @@ class Cache:
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
         for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
-                     self.waiting, self.last_wait_write):
+                     self.waiting, self.last_wait_write, self.serving):
             book.pop(key, None)  # type: ignore[attr-defined]
 
     # --- the admission snapshot ---------------------------------------------------------------------
@@ -202,7 +217,7 @@ class Cache:
 
     def snapshot_gated(self) -> list[Pod]:
         """Serving replicas still behind the admission gate, as the index shows them."""
-        return [p for _, p in self._all("kf_service_pods") if ADMISSION_GATE in p.gates and not p.deleting]
+        return [p for p in self._pods_of("svc") if ADMISSION_GATE in p.gates and not p.deleting]
 
     def assume_pod(self, key: Key, node: str) -> None:
         """A gated replica was given ``node``: it holds its GPUs there until the index shows
@@ -211,7 +226,7 @@ class Cache:
 
     def snapshot(self) -> Snapshot:
         """Everything an admission round reads, from the indexes and this process's memory."""
-        pods: list[Pod] = [p for _, p in self._all("kf_gpu_pods")]
+        pods: list[Pod] = list(self._pods_of("node"))
         now = time.monotonic()
         gated = {(p.namespace, p.name): p for p in self.snapshot_gated()}
         for key in list(self.assumed_pods):
@@ -228,5 +243,5 @@ class Cache:
             jobs={rec.key: self.job_view(rec) for rec in self.jobs()},
             services={k: v for k, v in self._all("kf_services")},  # type: ignore[misc]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
-            claims={k: v for k, v in self._all("kf_claims")},  # type: ignore[misc]
+            claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
         )

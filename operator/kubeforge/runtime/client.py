@@ -107,6 +107,12 @@ class KubeClient:
             await kconfig.load_kube_config(client_configuration=cfg)
         cfg.connection_pool_maxsize = MAX_IN_FLIGHT
         self._api = kclient.ApiClient(cfg)
+        # aiohttp's trust_env looks up proxy variables and ~/.netrc in a thread on every request
+        # (a tenth of the operator's CPU under load); the API server is reached directly, and a
+        # proxy, if any, comes from the kubeconfig (kubernetes_asyncio honours proxy-url).
+        session = getattr(self._api.rest_client, "pool_manager", None)
+        if session is not None and hasattr(session, "_trust_env"):
+            session._trust_env = False
 
     @property
     def api(self) -> kclient.ApiClient:

@@ -4,7 +4,10 @@ Each index keeps a small frozen record (:mod:`kubeforge.objects`), not the objec
 grows with the number of GPU nodes and pods, not with the size of every object. Index
 handlers also wake what must react (a job's reconcile, the admission round), and only when
 the change can matter. kopf calls no index handler when an object is deleted (it drops the
-entry); the ``on.event`` handlers at the end react to deletions.
+entry): a deletion is noticed by the reconcile that finds its object gone (a deleted job's
+pods are deleted with it, and each of their events queues the job), and the admission round
+runs at least every second. There are no ``on.event`` handlers for pods or jobs on purpose:
+kopf works out change causes for every event of a resource that has one.
 """
 
 from __future__ import annotations
@@ -19,19 +22,8 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec, GPUPoolSpec
 from kubeforge.api._base import MAX_LABEL_LENGTH, name_error
 from kubeforge.api._trainingjob import MAX_JOB_NAME_LENGTH
 from kubeforge.objects import (
-    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
+    ADMISSION_GATE, SERVICE_NAME, Pod, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
 )
-
-_last_pod: list[Any] = [None, None]  # (uid, resourceVersion), Pod: the three pod indexes see the same event in a row
-
-
-def _pod(body: Any) -> Pod:
-    md = body.get("metadata") or {}
-    key = (md.get("uid"), md.get("resourceVersion"))
-    if _last_pod[0] != key:
-        _last_pod[0], _last_pod[1] = key, pod_from_k8s(body)
-    return _last_pod[1]
-
 
 def _frees_gpus(pod: Pod) -> bool:
     return pod.terminal or pod.deleting
@@ -39,7 +31,8 @@ def _frees_gpus(pod: Pod) -> bool:
 
 @kopf.index("nodes")
 async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
-    """node name -> :class:`~kubeforge.objects.Node`."""
+    """node name -> :class:`~kubeforge.objects.Node`. Wakes admission only when something it
+    reads changed (heartbeats do not), and the jobs placed there when taints or readiness did."""
     rt = memo.rt
     node = node_from_k8s(body)
     old = rt.cache.node(name)
@@ -54,42 +47,39 @@ async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
 
 
 @kopf.index("pods")
-async def kf_gpu_pods(body: Any, memo: Any, **_: Any) -> dict:
-    """node name -> pods holding extended resources there (bound, or assigned by us).
+async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
+    """One index for every pod kubeforge reads, under up to three kinds of keys (one handler
+    call per pod event):
 
-    Returns ``{}`` (never None) for a pod that holds nothing: kopf keeps an object's previous
+    - ``("node", name)``: pods holding extended resources on that node (bound, or assigned by
+      kubeforge), for the ledger; terminal pods drop out;
+    - ``("job", namespace, job)``: a TrainingJob's pods, every attempt;
+    - ``("svc", namespace, service)``: an InferenceService's replicas.
+
+    Returns ``{}`` (never None) for a pod of none of these: kopf keeps an object's previous
     entries when a handler returns None, and a pod that just finished must drop out.
     """
-    pod = _pod(body)
-    if not pod.requests or pod.where is None:
-        return {}
-    if _frees_gpus(pod) and pod.job is None and pod.service is None:
-        memo.rt.wake_admission()
-    if pod.terminal:
-        return {}
-    return {pod.where: pod}
-
-
-@kopf.index("pods", labels={JOB_NAME: kopf.PRESENT})
-async def kf_job_pods(namespace: str, labels: Any, body: Any, memo: Any, **_: Any) -> dict:
-    """(namespace, job) -> the job's pods, every attempt."""
-    pod = _pod(body)
-    key = (namespace, labels[JOB_NAME])
-    memo.rt.queue_job(key)
-    if _frees_gpus(pod):
-        memo.rt.wake_admission()
-    return {key: pod}
-
-
-@kopf.index("pods", labels={SERVICE_NAME: kopf.PRESENT})
-async def kf_service_pods(namespace: str, labels: Any, body: Any, memo: Any, **_: Any) -> dict:
-    """(namespace, service) -> the InferenceService's replica pods."""
-    pod = _pod(body)
-    key = (namespace, labels[SERVICE_NAME])
-    memo.rt.queue_service(key)
-    if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
-        memo.rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back
-    return {key: pod}
+    rt = memo.rt
+    pod = pod_from_k8s(body)
+    out: dict = {}
+    if pod.requests and pod.where is not None:
+        if not pod.terminal:
+            out[("node", pod.where)] = pod
+        if pod.job is None and pod.service is None and _frees_gpus(pod):
+            rt.wake_admission()
+    if pod.job is not None:
+        key = (pod.namespace, pod.job)
+        out[("job",) + key] = pod
+        rt.queue_job(key)
+        if _frees_gpus(pod):
+            rt.wake_admission()
+    if pod.service is not None:
+        key = (pod.namespace, pod.service)
+        out[("svc",) + key] = pod
+        rt.queue_service(key)
+        if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
+            rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back
+    return out
 
 
 @kopf.index(GROUP, VERSION, "trainingjobs")
@@ -131,11 +121,15 @@ async def kf_deployments(namespace: str, labels: Any, body: Any, **_: Any) -> di
 
 
 @kopf.index("persistentvolumeclaims")
-async def kf_claims(namespace: str, name: str, status: Any, memo: Any, **_: Any) -> dict:
-    """(namespace, name) -> phase of every PersistentVolumeClaim (a job's checkpoint claim
-    must exist before it holds GPUs)."""
+async def kf_claims(namespace: str, name: str, spec: Any, status: Any, labels: Any, memo: Any, **_: Any) -> dict:
+    """(namespace, name) -> (phase, storageClassName) of every PersistentVolumeClaim (a job's
+    checkpoint claim must exist before it holds GPUs, and be bound before its pods exist
+    when its class binds immediately)."""
+    phase = (status or {}).get("phase") or "Pending"
+    if labels.get(JOB_NAME):
+        memo.rt.queue_job((namespace, labels[JOB_NAME]))
     memo.rt.wake_admission()
-    return {(namespace, name): (status or {}).get("phase") or "Pending"}
+    return {(namespace, name): (phase, (spec or {}).get("storageClassName") or "")}
 
 
 @kopf.index("storage.k8s.io", "v1", "storageclasses")
@@ -143,33 +137,6 @@ async def kf_storage_classes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     """StorageClass name -> volumeBindingMode."""
     memo.rt.wake_admission()
     return {name: body.get("volumeBindingMode") or "Immediate"}
-
-
-def _deleted(event: Any, **_: Any) -> bool:
-    return (event or {}).get("type") == "DELETED"
-
-
-@kopf.on.event(GROUP, VERSION, "trainingjobs", when=_deleted)
-async def kf_job_deleted(namespace: str, name: str, memo: Any, **_: Any) -> None:
-    """A deleted job releases its GPUs (its children go with it through owner references)."""
-    rt = memo.rt
-    rt.cache.forget((namespace, name))
-    if rt.jobs is not None:
-        rt.jobs.forget((namespace, name))
-    rt.wake_admission()
-
-
-@kopf.on.event("pods", labels={JOB_NAME: kopf.PRESENT}, when=_deleted)
-async def kf_job_pod_deleted(namespace: str, labels: Any, memo: Any, **_: Any) -> None:
-    memo.rt.queue_job((namespace, labels[JOB_NAME]))
-    memo.rt.wake_admission()
-
-
-@kopf.on.event(GROUP, VERSION, "inferenceservices", when=_deleted)
-async def kf_service_deleted(namespace: str, name: str, memo: Any, **_: Any) -> None:
-    from kubeforge.runtime.inference import forget
-    forget((namespace, name))
-    memo.rt.cache.forget((namespace, name))
 
 
 @kopf.on.event("namespaces", when=lambda memo, **_: not memo.rt.ready.is_set())

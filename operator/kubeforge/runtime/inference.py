@@ -52,12 +52,7 @@ class ServiceMemory:
     deployment_made_at: float | None = None
 
 
-_memory: dict[Key, ServiceMemory] = {}
 _http: httpx.AsyncClient | None = None
-
-
-def forget(key: Key) -> None:
-    _memory.pop(key, None)
 
 
 def query_for(rec: InferenceServiceRecord) -> str:
@@ -104,12 +99,12 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     cache = rt.cache
     rec = cache.service(key)
     if rec is None or rec.deleting:
-        forget(key)
         cache.forget(key)
+        rt.services.forget(key)
         return None
     rec = cache.effective(key, rec)
     now = time.time()
-    mem = _memory.setdefault(key, ServiceMemory())
+    mem = cache.serving.setdefault(key, ServiceMemory())
     spec = rec.spec
     if spec is None:
         await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)

@@ -28,12 +28,27 @@ JOB_WORKERS = 16
 SERVICE_WORKERS = 4
 
 
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kubeforge registers no change handlers (only indexes and event handlers), so the diff
+    base kopf builds on every event (a deep copy of the whole object) is never read: keep it
+    empty. On a busy cluster that deep copy was a tenth of the operator's CPU."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
     rt = memo.rt
     settings.persistence.finalizer = "kubeforge.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubeforge.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kubeforge.io", key="last-handled-configuration")
+    settings.persistence.diffbase_storage = NoDiffBase(prefix="kubeforge.io", key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

@@ -52,11 +52,28 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
     nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
     prices = {name: (p.spec.price_per_gpu_hour if p.spec else None) for name, p in rt.cache.pools().items()}
     return TrainingContext(
+        claim_wait=_claim_wait(rt, job),
         now=now, pods=pods, nodes=nodes, assumed=assumed,
         waiting=rt.cache.waiting.get(key), last_wait_write=rt.cache.last_wait_write.get(key, 0.0),
         pool_prices=prices, create_error=rt.cache.create_errors.get(key),
         spec_hash=spec_hash(job) if job.spec is not None else "",
     )
+
+
+def _claim_wait(rt: Runtime, job: TrainingJobRecord) -> str | None:
+    """Why the pods wait for the checkpoint claim, or None: only our own claim, only while
+    it is not Bound and its StorageClass binds immediately (with WaitForFirstConsumer the
+    claim binds because a pod exists; a user's existingClaimName is left to kube-scheduler)."""
+    if job.spec is None or job.spec.checkpoint.existing_claim_name:
+        return None
+    name = pvc_name(job.name)
+    claim = rt.cache.claim((job.namespace, name))
+    if claim is None:
+        return f"checkpoint claim {name} not created yet"
+    phase, storage_class = claim
+    if phase == "Bound" or rt.cache.binding_mode(storage_class) == "WaitForFirstConsumer":
+        return None
+    return f"checkpoint claim {name} is {phase}, waiting for it to bind"
 
 
 async def reconcile_job(rt: Runtime, key: Key) -> float | None:
@@ -65,6 +82,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     rec = rt.cache.job(key)
     if rec is None or rec.deleting:
         rt.cache.forget(key)
+        rt.jobs.forget(key)
         rt.wake_admission()
         return None
     job = rt.cache.effective(key, rec)
@@ -128,32 +146,33 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     if plan.ungate:
         await gather_bounded([rt.client.patch("Pod", ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}],
                                               patch_type="json") for n in plan.ungate])
-    if not plan.create_ranks:
-        return
     status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
         return
     attempt = current_attempt(status)
-    made = cache.expected(cache.created, key)
-    ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
-    if not ranks:
-        return
-    view = cache.view(placement.pool)
     first = []
     if plan.ensure_service and ns not in cache.services_made:
-        first.append(("Service", WORKERS_SERVICE, rt.client.create("Service", ns, build_workers_service(ns))))
-    if plan.ensure_claim and cache.claim((ns, pvc_name(job.name))) is None:
-        first.append(("PersistentVolumeClaim", pvc_name(job.name), rt.client.create("PersistentVolumeClaim", ns, build_pvc(job))))
+        first.append(("Service", WORKERS_SERVICE, build_workers_service(ns)))
+    claim = pvc_name(job.name)
+    if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.expected(cache.created, key):
+        first.append(("PersistentVolumeClaim", claim, build_pvc(job)))
     if first:
-        results = await gather_bounded([c for _, _, c in first])
+        cache.expect(cache.created, key, [name for kind, name, _ in first if kind != "Service"])
+        results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
         for (kind, name, _), r in zip(first, results):
             if isinstance(r, BaseException):
+                cache.created.get(key, {}).pop(name, None)
                 if not _refused(rt, key, attempt, kind, name, r):
                     raise r
                 return
             if kind == "Service":
                 cache.services_made.add(ns)
+    made = cache.expected(cache.created, key)
+    ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
+    if not ranks:
+        return
+    view = cache.view(placement.pool)
     last = status.get("lastCheckpoint")
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),

@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
@@ -47,30 +48,63 @@ def pv_for_claim(pvc: dict, storage_class: str, root: str) -> dict:
 
 
 def run(storage_class: str, root: str) -> None:  # pragma: no cover - a long-running loop
+    """List, then watch PVCs (resuming from the last resourceVersion, relisting only when the
+    watch expires), and make one PV per claim of ``storage_class`` that has no volume. Claims
+    already served are remembered by uid, so a relist does not try them again."""
     v1 = client.CoreV1Api()
     api = client.ApiClient()
+    served: set[str] = set()
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="provision")  # a burst of claims in parallel
+    rv = None
+
+    def create(pvc: dict) -> None:
+        md = pvc["metadata"]
+        try:
+            v1.create_persistent_volume(pv_for_claim(pvc, storage_class, root))
+            log.info("bound %s/%s", md["namespace"], md["name"])
+        except ApiException as e:
+            if e.status != 409:
+                log.warning("PV for %s/%s: %s", md["namespace"], md["name"], e.reason)
+                served.discard(md["uid"])  # try again on its next event
+
+    def serve(pvc: dict) -> None:
+        md = pvc["metadata"]
+        spec = pvc.get("spec") or {}
+        if md["uid"] in served or spec.get("volumeName") or spec.get("storageClassName") != storage_class:
+            return
+        if md.get("deletionTimestamp"):
+            return
+        if len(served) > 100_000:
+            served.clear()
+        served.add(md["uid"])
+        pool.submit(create, pvc)
+
     while True:
         try:
-            for pv in v1.list_persistent_volume(label_selector="kubeforge.io/sim-volume=true").items:
-                if pv.status.phase in ("Released", "Failed"):
-                    v1.delete_persistent_volume(pv.metadata.name)
-            for ev in watch.Watch().stream(v1.list_persistent_volume_claim_for_all_namespaces, timeout_seconds=30):
-                pvc = api.sanitize_for_serialization(ev["object"])
-                if ev["type"] == "DELETED":
-                    continue
-                spec = pvc.get("spec") or {}
-                if spec.get("volumeName") or spec.get("storageClassName") != storage_class:
-                    continue
-                if pvc["metadata"].get("deletionTimestamp"):
-                    continue
-                try:
-                    v1.create_persistent_volume(pv_for_claim(pvc, storage_class, root))
-                    log.info("bound %s/%s", pvc["metadata"]["namespace"], pvc["metadata"]["name"])
-                except ApiException as e:
-                    if e.status != 409:
-                        log.warning("PV for %s/%s: %s", pvc["metadata"]["namespace"], pvc["metadata"]["name"], e.reason)
+            if rv is None:
+                for pv in v1.list_persistent_volume(label_selector="kubeforge.io/sim-volume=true").items:
+                    if pv.status.phase in ("Released", "Failed"):
+                        v1.delete_persistent_volume(pv.metadata.name)
+                listing = v1.list_persistent_volume_claim_for_all_namespaces()
+                for item in listing.items:
+                    serve(api.sanitize_for_serialization(item))
+                rv = listing.metadata.resource_version
+            for ev in watch.Watch().stream(v1.list_persistent_volume_claim_for_all_namespaces, resource_version=rv,
+                                           timeout_seconds=300, allow_watch_bookmarks=True):
+                obj = ev["object"]
+                rv = obj.metadata.resource_version or rv
+                if ev["type"] in ("ADDED", "MODIFIED"):
+                    serve(api.sanitize_for_serialization(obj))
+        except ApiException as e:
+            if e.status == 410:  # the resourceVersion expired: list again
+                rv = None
+                continue
+            log.warning("provisioner loop: %s", e.reason)
+            rv = None
+            time.sleep(1)
         except Exception as e:  # keep serving: the API server may restart under us
             log.warning("provisioner loop: %s", e)
+            rv = None
             time.sleep(1)
 
 
