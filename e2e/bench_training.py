@@ -169,6 +169,18 @@ def form_jobs(trace: Path, start: int, seed: int, max_replicas: int, gpu_budget:
 # --- observation --------------------------------------------------------------------------------
 
 
+def _lag(obj: dict, cond_type: str) -> float:
+    """Seconds from the API server's ``lastTransitionTime`` of condition ``cond_type`` (1 s
+    resolution, truncated) to now; NaN without one. Same machine, so the clocks agree."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == cond_type and c.get("lastTransitionTime"):
+            try:
+                return time.time() - ts(c["lastTransitionTime"])
+            except ValueError:
+                break
+    return float("nan")
+
+
 @dataclass
 class Phase:
     """What one phase submitted and what the watches saw (times are ``time.monotonic()``)."""
@@ -196,13 +208,20 @@ class Phase:
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_bind: float = 0.0
     last_admit: float = 0.0
+    bound_per_job: dict[str, int] = field(default_factory=dict)
+    bind_lag: list[float] = field(default_factory=list)  # s, watch receive - server transition time
+    admit_lag: list[float] = field(default_factory=list)
 
     def observe(self, pod: dict, now: float) -> None:
-        """Record a pod from the watch: first time seen with ``spec.nodeName``."""
+        """Record a pod from the watch: first time seen with ``spec.nodeName``.
+
+        Events received after the phase ended are ignored, so every figure covers the same window.
+        The watch's lag (receive time minus the API server's ``PodScheduled`` transition time) is kept.
+        """
         md = pod.get("metadata") or {}
         name = md.get("name")
         job = (md.get("labels") or {}).get(JOB_LABEL)
-        if not name or job not in self.jobs:
+        if not name or job not in self.jobs or (self.end and now > self.end):
             return
         node = (pod.get("spec") or {}).get("nodeName")
         with self.lock:
@@ -211,20 +230,23 @@ class Phase:
             if node and name not in self.bound:
                 self.bound[name] = (now, node)
                 self.last_bind = now
-                nb = sum(1 for p, j in self.pod_job.items() if j == job and p in self.bound)
+                nb = self.bound_per_job[job] = self.bound_per_job.get(job, 0) + 1
                 if nb == self.jobs[job].replicas and job not in self.job_bound:
                     self.job_bound[job] = now
+                self.bind_lag.append(_lag(pod, "PodScheduled"))
 
     def observe_job(self, tj: dict, now: float) -> None:
-        """Record a TrainingJob from the watch: first time its ``Admitted`` condition is True."""
+        """Record a TrainingJob from the watch: first time its ``Admitted`` condition is True
+        (ignored after the phase ended; the watch's lag is kept as for pods)."""
         name = (tj.get("metadata") or {}).get("name")
-        if name not in self.jobs or name in self.admitted:
+        if name not in self.jobs or name in self.admitted or (self.end and now > self.end):
             return
         conds = (tj.get("status") or {}).get("conditions") or []
         if any(c.get("type") == "Admitted" and c.get("status") == "True" for c in conds):
             with self.lock:
                 self.admitted.setdefault(name, now)
                 self.last_admit = now
+                self.admit_lag.append(_lag(tj, "Admitted"))
 
     def sample(self, now: float) -> None:
         """Append one timeline row: GPUs and pods bound, jobs placed, partial gangs."""
@@ -736,7 +758,7 @@ def run_phase(c: Cluster, api, ph: Phase, ns: str, submit, args, admission_only:
         if now >= deadline:
             ph.end_reason = f"phase timeout ({args.phase_timeout:.0f}s)"
             break
-    ph.end = time.monotonic()
+    ph.end = now  # the last sample's time: later watch events are ignored
     if args.drain > 0:
         time.sleep(args.drain)  # let writes caused by the last binds (status Running) land
     cost = finish()
@@ -1191,6 +1213,10 @@ def report(results: dict, costs: dict, extra: dict, jobs: list[Job], req_gpus: i
         p, s = results[n]
         wr = ", ".join(f"{k}: {v}" for k, v in p.watch_restarts.items()) or "0"
         print(f"  {n} ended: {p.end_reason}; watch restarts: {wr}")
+        lags = [("binds", [x for x in p.bind_lag if x == x]), ("admissions", [x for x in p.admit_lag if x == x])]
+        print(f"    {n}: this bench's watch lag (receive time - the API server's lastTransitionTime, which is "
+              f"truncated to 1 s): " + "; ".join(f"{k} p50 {pct(v, 50):.1f}s p95 {pct(v, 95):.1f}s max "
+                                                 f"{max(v, default=float('nan')):.1f}s" for k, v in lags if v))
         for e in p.submit_errors[:3]:
             print(f"    submit error: {e}")
     if "kubeforge" in results:
