@@ -91,10 +91,10 @@ def run(storage_class: str, root: str) -> None:  # pragma: no cover - a long-run
                 rv = listing.metadata.resource_version
             for ev in watch.Watch().stream(v1.list_persistent_volume_claim_for_all_namespaces, resource_version=rv,
                                            timeout_seconds=300, allow_watch_bookmarks=True):
-                obj = ev["object"]
-                rv = obj.metadata.resource_version or rv
+                obj = api.sanitize_for_serialization(ev["object"])  # a BOOKMARK comes as a plain dict
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                 if ev["type"] in ("ADDED", "MODIFIED"):
-                    serve(api.sanitize_for_serialization(obj))
+                    serve(obj)
         except ApiException as e:
             if e.status == 410:  # the resourceVersion expired: list again
                 rv = None
