@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from kubeforge import API_VERSION
 

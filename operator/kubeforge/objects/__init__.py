@@ -31,7 +31,7 @@ __all__ = [
     "POOL_LABEL", "REPLICA_INDEX", "RESTART_ATTEMPT", "ROLE_LABEL", "SERVICE_NAME",
     "STUCK_WAITING_REASONS", "TEMPLATE_HASH", "TERMINAL_PHASES", "WORKER_ROLE",
     "DeploymentState", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
-    "TrainingJobRecord", "condition", "condition_time", "current_attempt", "interruption_reason",
+    "TrainingJobRecord", "condition", "condition_time", "current_attempt", "deployment_from_k8s", "interruption_reason",
     "is_interrupted", "is_terminal", "main_container", "node_from_k8s", "not_ready_wait",
     "parse_quantity_count", "parse_spec", "placement_of", "pod_from_k8s", "pod_requests",
     "record_from_k8s", "status_time", "tolerates",

@@ -22,7 +22,7 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec, GPUPoolSpec
 from kubeforge.api._base import MAX_LABEL_LENGTH, name_error
 from kubeforge.api._trainingjob import MAX_JOB_NAME_LENGTH
 from kubeforge.objects import (
-    ADMISSION_GATE, SERVICE_NAME, Pod, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
+    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
 )
 
 def _frees_gpus(pod: Pod) -> bool:
