@@ -78,7 +78,8 @@ def test_lint_with_every_option(helm):
 
 def test_renders_expected_objects(docs):
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"])
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+                            "Role", "RoleBinding", "PodDisruptionBudget"])
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -122,14 +123,45 @@ def test_clusterrolebinding_binds_the_serviceaccount(docs):
 
 def test_rbac_and_serviceaccount_can_be_turned_off(helm):
     docs = render(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops")
-    assert {d["kind"] for d in docs} == {"Service", "Deployment"}
+    assert {d["kind"] for d in docs} == {"Service", "Deployment", "PodDisruptionBudget"}
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
-def test_deployment_is_single_replica_recreate(docs):
+def test_deployment_runs_replicas_that_elect_a_leader(docs):
     spec = one(docs, "Deployment")["spec"]
-    assert spec["replicas"] == 1  # kopf standalone: no peering, one operator
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    (c,) = spec["template"]["spec"]["containers"]
+    assert "--leader-election" in c["args"] and f"--lease-name={RELEASE}-kubeforge" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"  # --lease-namespace
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_leader_election_rbac_is_namespaced_to_the_lease(docs):
+    role, binding = one(docs, "Role"), one(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "kubeforge-system"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    cluster_rules = one(docs, "ClusterRole")["rules"]
+    assert not [r for r in cluster_rules if "leases" in r["resources"]], "no cluster-wide Lease rights"
+
+
+def test_one_replica_needs_no_leader_election_and_two_refuse_to_run_without(helm):
+    docs = render(helm, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] in ("PodDisruptionBudget", "Role")]
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--set", "leaderElection.enabled=false", check=False)
+    assert proc.returncode != 0  # two operators without a leader would promise the same GPUs twice
+
+
+def test_prometheus_allow_list_reaches_the_operator(helm):
+    docs = render(helm, "--set", "prometheus.allowedURLs={http://prometheus.monitoring:9090}")
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--prometheus-url-allow=http://prometheus.monitoring:9090" in c["args"]
 
 
 def test_deployment_passes_pod_security_restricted(docs):
@@ -161,7 +193,7 @@ def test_dockerfile_user_matches_chart(docs):
     assert re.search(r"^USER 65532(:65532)?\s*$", text, re.M)
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 65532
     assert re.search(r"^FROM \S+", text, re.M)
-    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
     assert base and ":" in base.group(1) and not base.group(1).endswith(":latest"), "pin the base image tag"
 
 
@@ -221,7 +253,8 @@ def test_args_built_from_values(helm):
 
     params = run.make_context("run", list(c["args"][1:])).params
     assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090,
-                      "metrics_address": "0.0.0.0", "verbose": True}
+                      "metrics_address": "0.0.0.0", "verbose": True, "leader_election": True,
+                      "lease_namespace": "default", "lease_name": f"{RELEASE}-kubeforge", "prometheus_allow": ()}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
 
 
@@ -253,7 +286,9 @@ def test_chart_crds_equal_generated_crds():
 
 
 @pytest.mark.parametrize("bad", [
-    "replicaCount=abc",            # unknown value
+    "replicaCount=abc",            # wrong type
+    "replicaCount=9",              # out of range
+    "prometheus.allowedURLs={prometheus:9090}",  # not a URL
     "metrics.port=abc",            # wrong type
     "health.port=70000",           # out of range
     "image.pullPolicy=Sometimes",  # not in the enum

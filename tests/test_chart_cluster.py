@@ -46,7 +46,8 @@ def release_objects(cluster, release: str, namespace: str) -> list[str]:
     sel = f"app.kubernetes.io/instance={release}"
     found = []
     for kinds, ns_args in (("clusterroles,clusterrolebindings", ()),
-                           ("serviceaccounts,deployments,replicasets,services,configmaps", ("-n", namespace))):
+                           ("serviceaccounts,deployments,replicasets,services,configmaps,roles,rolebindings,"
+                            "poddisruptionbudgets", ("-n", namespace))):
         out = cluster.kubectl("get", kinds, *ns_args, "-l", sel, "-o", "name").stdout
         found += [line for line in out.splitlines() if line.strip()]
     return found
@@ -119,7 +120,7 @@ def test_upgrade_then_uninstall_leaves_nothing_but_crds(cluster, namespace):
         assert after["metadata"]["generation"] > before["metadata"]["generation"]
         args = after["spec"]["template"]["spec"]["containers"][0]["args"]
         assert "--verbose" in args and f"--namespace={ns}" in args
-        assert after["spec"]["strategy"]["type"] == "Recreate"
+        assert after["spec"]["strategy"]["type"] == "RollingUpdate"
         status = json.loads(helm(cluster, "status", rel, "--namespace", ns, "-o", "json").stdout)
         assert status["info"]["status"] == "deployed" and status["version"] == 2
         cm = get_json(cluster, "configmaps", "-n", ns, "-l", "grafana_dashboard=1")["items"]
@@ -130,6 +131,9 @@ def test_upgrade_then_uninstall_leaves_nothing_but_crds(cluster, namespace):
             f"serviceaccount/{rel}-kubeforge",
             f"deployment.apps/{rel}-kubeforge",
             f"service/{rel}-kubeforge-metrics",
+            f"role.rbac.authorization.k8s.io/{rel}-kubeforge-leader-election",
+            f"rolebinding.rbac.authorization.k8s.io/{rel}-kubeforge-leader-election",
+            f"poddisruptionbudget.policy/{rel}-kubeforge",
             f"configmap/{rel}-kubeforge-dashboard",
         }
     finally:

@@ -127,8 +127,13 @@ def sa_operator(cluster, tmp_path_factory):
         log = OperatorLog(cluster)
         stop_operator(cluster)
         swapped = True
-        start_operator(cluster, extra_env={"KUBECONFIG": str(kubeconfig)})
+        # With leader election as the chart runs it: the Lease in the release namespace,
+        # through the chart's namespaced Role.
+        start_operator(cluster, extra_env={"KUBECONFIG": str(kubeconfig)},
+                       args=("--leader-election", "--lease-namespace", ns, "--lease-name", sa))
         wait_for(lambda: healthy(cluster), timeout=60, what="the ServiceAccount operator's /healthz")
+        wait_for(lambda: cluster.kubectl("get", "lease", sa, "-n", ns, check=False).returncode == 0,
+                 timeout=60, what="the leader Lease (coordination.k8s.io) in the release namespace")
         assert not log.forbidden(), "RBAC gap at startup:\n" + "\n".join(log.forbidden()[:20])
         yield {"namespace": ns, "release": rel, "sa": sa, "kubeconfig": str(kubeconfig), "log": log}
     finally:

@@ -64,7 +64,19 @@ app.kubernetes.io/component: operator
 {{- end }}
 - --health-address=0.0.0.0:{{ .Values.health.port }}
 - --metrics-port={{ .Values.metrics.port }}
+{{- if .Values.leaderElection.enabled }}
+- --leader-election
+- --lease-name={{ include "kubeforge.leaseName" . }}
+{{- end }}
+{{- range .Values.prometheus.allowedURLs }}
+- --prometheus-url-allow={{ . }}
+{{- end }}
 {{- if or .Values.verbose (eq .Values.logLevel "debug") }}
 - --verbose
 {{- end }}
+{{- end }}
+
+{{/* The leader Lease's name. */}}
+{{- define "kubeforge.leaseName" -}}
+{{- default (include "kubeforge.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}

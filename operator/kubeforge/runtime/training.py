@@ -99,6 +99,11 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         elif reason == "WorkerFailed":
             metrics.FAILURE_RESTARTS.inc()
         rt.event(KIND, job, type_, reason, message, now)
+    old = int((job.status.get("restarts") or {}).get("startupFailures", 0))
+    new = int(((plan.status or {}).get("restarts") or {}).get("startupFailures", old))
+    if new > old:
+        adm = next((c for c in (plan.status or {}).get("conditions") or [] if c.get("type") == "Admitted"), {})
+        metrics.STARTUP_FAILURES.labels(reason=adm.get("reason") or "Unknown").inc()
     if plan.release:
         rt.wake_admission()
     return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
