@@ -29,9 +29,9 @@ from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.leader")
 
-LEASE_DURATION = 15.0
-RENEW_DEADLINE = 10.0
-RETRY_PERIOD = 2.0
+LEASE_DURATION = 15  # seconds; whole numbers: the Lease stores leaseDurationSeconds as an integer
+RENEW_DEADLINE = 10
+RETRY_PERIOD = 2
 
 
 def default_identity() -> str:
@@ -78,4 +78,13 @@ async def lead(rt: Runtime, stop: asyncio.Event | None = None) -> None:
 
     config = Config(lock, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, started, stopped)
     log.info("%s waits for the lease %s/%s", identity, rt.options.lease_namespace, rt.options.lease_name)
-    await LeaderElection(config).run()
+    try:
+        await LeaderElection(config).run()
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # never act without a lease: stop, and let the Deployment restart us
+        log.exception("%s: leader election failed; exiting", identity)
+        rt.leading.clear()
+        metrics.LEADER.set(0)
+        if stop is not None:
+            stop.set()
