@@ -78,9 +78,18 @@ def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_n
                 raise AssertionError(f"the ReplicaSet could not create the pod: {bad}")
             return get_json(cluster, "pods", "-n", ns, "-l", sel)["items"]
 
-        (pod,) = wait_for(pods_or_failure, timeout=60, what="the operator Pod to be admitted")
-        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
-        assert pod["spec"]["containers"][0]["args"][0] == "run"
+        pods = wait_for(lambda: len(p := pods_or_failure()) == 2 and p, timeout=60,
+                        what="both operator replicas admitted")
+        for pod in pods:
+            assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+            assert pod["spec"]["containers"][0]["args"][0] == "run"
+        # the ServiceAccount may hold the leader Lease in its own namespace only
+        sa = f"system:serviceaccount:{ns}:{rel}-kubeforge"
+        for verb in ("get", "create", "update"):
+            assert cluster.kubectl("auth", "can-i", "--as", sa, verb, "leases.coordination.k8s.io", "-n", ns,
+                                   check=False).stdout.strip() == "yes"
+        assert cluster.kubectl("auth", "can-i", "--as", sa, "update", "leases.coordination.k8s.io", "-n", "kube-system",
+                               check=False).stdout.strip() == "no"
         events = get_json(cluster, "events", "-n", ns)["items"]
         assert not [e for e in events if "PodSecurity" in e.get("message", "")]
 
