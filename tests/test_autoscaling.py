@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubeforge.api import InferenceServiceSpec
+from kubeforge.api._inferenceservice import Autoscaling, ScaleDownRules, ScaleUpRules
 from kubeforge.autoscaling import (
     MAX_EVENTS,
     MAX_RECOMMENDATIONS,
+    PANIC_THRESHOLD,
     AutoscalerState,
     AutoscalingPolicy,
     Decision,
@@ -22,11 +29,29 @@ from kubeforge.autoscaling import (
 )
 
 T0 = 1_700_000_000.0
+TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0"}]}}
+
+
+def spec(**fields) -> InferenceServiceSpec:
+    """A parsed InferenceService spec (camelCase fields), API defaults for the rest."""
+    return InferenceServiceSpec.model_validate({"pools": ["p"], "template": TEMPLATE, **fields})
 
 
 def policy(**overrides) -> AutoscalingPolicy:
-    """Default policy with overrides (the small builder)."""
-    return AutoscalingPolicy(**overrides)
+    """The API-default policy (through ``from_spec``) with overrides (the small builder)."""
+    return replace(AutoscalingPolicy.from_spec(spec()), **overrides)
+
+
+#: The step limits, windows and panic threshold that the mechanism tests below were written
+#: against (the defaults before the day-long benchmark moved them), pinned so that each test
+#: says which numbers it relies on; the current defaults have their own tests.
+MECH = {"scale_up_max_step": 4, "scale_up_period_seconds": 15.0, "scale_down_stabilization_seconds": 60.0,
+        "panic_threshold": 2.0}
+
+
+def mech(**overrides) -> AutoscalingPolicy:
+    """:func:`policy` with :data:`MECH` pinned, then ``overrides``."""
+    return policy(**{**MECH, **overrides})
 
 
 def warm_state(replicas: int, at: float = T0 - 3600) -> AutoscalerState:
@@ -84,7 +109,7 @@ CASES = [
     ids=[c[0] for c in CASES],
 )
 def test_single_decision(overrides, current, metric, placeable, desired, direction, code):
-    d = decide(policy(**overrides), warm_state(current), current, metric, T0, placeable)
+    d = decide(mech(**overrides), warm_state(current), current, metric, T0, placeable)
     assert (d.desired, d.direction, d.limited_condition_reason) == (desired, direction, code), d.reason
     assert d.limited == (code != "DesiredWithinRange")
     assert d.scaling_active and d.inactive_reason is None
@@ -99,7 +124,7 @@ def test_spike_reacts_in_one_decision_with_default_policy():
 
 
 def test_step_limit_counts_from_the_start_of_the_period():
-    pol = policy(max_replicas=20, panic_threshold=0)
+    pol = mech(max_replicas=20, panic_threshold=0)
     res = run(pol, 2, [(0, 80.0), (5, 80.0), (14, 80.0), (15, 80.0), (30, 80.0), (45, 80.0)])
     assert trace(res) == [6, 6, 6, 10, 14, 18]
     assert res[1][1].limited_condition_reason == "ScaleUpLimit"
@@ -107,7 +132,7 @@ def test_step_limit_counts_from_the_start_of_the_period():
 
 
 def test_quiet_queue_scales_down_only_after_stabilization_window():
-    pol = policy(max_replicas=8)
+    pol = mech(max_replicas=8)
     # busy at 4 replicas, then the queue empties at t=0
     state = run(pol, 4, [(-30, 16.0)])[-1][1].state
     res = run(pol, 4, [(t, 0.0) for t in range(0, 181, 5)], state=state)
@@ -121,14 +146,14 @@ def test_quiet_queue_scales_down_only_after_stabilization_window():
 
 
 def test_scale_down_held_by_recent_high_recommendation():
-    pol = policy(max_replicas=8)
+    pol = mech(max_replicas=8)
     res = run(pol, 4, [(0, 16.0), (20, 0.0), (40, 16.5), (70, 0.0), (99, 0.0), (101, 0.0)])
     assert trace(res) == [4, 4, 4, 4, 4, 3]
     assert "scale-down stabilization window" in res[1][1].reason
 
 
 def test_fresh_state_seeds_current_and_holds_scale_down():
-    pol = policy(max_replicas=8)
+    pol = mech(max_replicas=8)
     d = decide(pol, AutoscalerState(), 4, 0.0, T0)
     assert d.desired == 4  # like the HPA seeding from status.desiredReplicas after a restart
     d2 = decide(pol, d.state, 4, 0.0, T0 + 61)
@@ -136,20 +161,20 @@ def test_fresh_state_seeds_current_and_holds_scale_down():
 
 
 def test_scale_up_stabilization_window_uses_minimum():
-    pol = policy(max_replicas=10, scale_up_stabilization_seconds=30, panic_threshold=0)
+    pol = mech(max_replicas=10, scale_up_stabilization_seconds=30, panic_threshold=0)
     res = run(pol, 2, [(0, 8.0), (10, 40.0), (20, 40.0), (31, 40.0)])
     assert trace(res) == [2, 2, 2, 6]
 
 
 def test_flapping_metric_does_not_flap_replicas():
-    pol = policy(max_replicas=8)
+    pol = mech(max_replicas=8)
     steps = [(t, 16.0 if (t // 10) % 2 == 0 else 4.0) for t in range(0, 300, 5)]
     res = run(pol, 4, steps)
     assert set(trace(res)) == {4}
 
 
 def test_scale_to_zero_only_after_idle_period_then_back():
-    pol = policy(min_replicas=0, scale_to_zero_after_seconds=300)
+    pol = mech(min_replicas=0, scale_to_zero_after_seconds=300)
     res = run(pol, 2, [(0, 8.0)] + [(t, 0.0) for t in range(15, 301, 15)] + [(330, 0.0), (345, 3.0)])
     by_time = {t: d for t, d in res}
     assert by_time[0].desired == 2  # active at t=0: the idle clock starts here
@@ -163,14 +188,14 @@ def test_scale_to_zero_only_after_idle_period_then_back():
 
 
 def test_activation_threshold_resets_idle_clock_and_gates_wakeup():
-    pol = policy(min_replicas=0, activation_threshold=2.0, scale_to_zero_after_seconds=100)
+    pol = mech(min_replicas=0, activation_threshold=2.0, scale_to_zero_after_seconds=100)
     # metric 2 (at the threshold) counts as idle; metric 3 is active
     res = run(pol, 1, [(0, 3.0), (50, 2.0), (99, 2.0), (101, 2.0), (120, 2.0), (130, 2.5)])
     assert trace(res) == [1, 1, 1, 0, 0, 1]
 
 
 def test_metric_activity_postpones_scale_to_zero():
-    pol = policy(min_replicas=0, scale_to_zero_after_seconds=100)
+    pol = mech(min_replicas=0, scale_to_zero_after_seconds=100)
     res = run(pol, 1, [(0, 0.0), (90, 1.0), (150, 0.0), (189, 0.0), (191, 0.0)])
     assert trace(res) == [1, 1, 1, 1, 0]
 
@@ -180,7 +205,7 @@ MISSING = [None, math.nan, math.inf, -math.inf, -1.0]
 
 @pytest.mark.parametrize("metric", MISSING, ids=repr)
 def test_missing_metric_holds_and_never_goes_to_zero(metric):
-    pol = policy(min_replicas=0, scale_to_zero_after_seconds=10)
+    pol = mech(min_replicas=0, scale_to_zero_after_seconds=10)
     state = run(pol, 1, [(0, 0.0)])[-1][1].state
     res = run(pol, 1, [(t, metric) for t in range(20, 200, 20)], state=state)
     assert set(trace(res)) == {1}
@@ -194,21 +219,21 @@ def test_missing_metric_holds_and_never_goes_to_zero(metric):
 
 
 def test_missing_metric_still_enforces_bounds():
-    assert decide(policy(max_replicas=3), AutoscalerState(), 5, None, T0).desired == 3
-    assert decide(policy(min_replicas=2), AutoscalerState(), 0, None, T0).desired == 2
-    assert decide(policy(min_replicas=0), AutoscalerState(), 0, None, T0).desired == 0
+    assert decide(mech(max_replicas=3), AutoscalerState(), 5, None, T0).desired == 3
+    assert decide(mech(min_replicas=2), AutoscalerState(), 0, None, T0).desired == 2
+    assert decide(mech(min_replicas=0), AutoscalerState(), 0, None, T0).desired == 0
 
 
 def test_clamps_report_limited_reason():
-    d = decide(policy(max_replicas=2), warm_state(2), 2, 40.0, T0)
+    d = decide(mech(max_replicas=2), warm_state(2), 2, 40.0, T0)
     assert d.desired == 2 and d.limited and d.limited_condition_reason == "TooManyReplicas"
     assert "10 wanted, more than maxReplicas 2" in d.limited_reason
-    d = decide(policy(min_replicas=3, max_replicas=6, scale_down_stabilization_seconds=0), warm_state(3), 3, 0.0, T0)
+    d = decide(mech(min_replicas=3, max_replicas=6, scale_down_stabilization_seconds=0), warm_state(3), 3, 0.0, T0)
     assert d.desired == 3 and d.limited and "less than minReplicas 3" in d.limited_reason
 
 
 def test_capacity_cap_reports_missing_gpus_and_never_scales_down():
-    pol = policy(max_replicas=10, gpus_per_replica=8)
+    pol = mech(max_replicas=10, gpus_per_replica=8)
     d = decide(pol, warm_state(3), 3, 20.0, T0, placeable_replicas=4)
     assert d.desired == 4 and d.limited
     assert "needs 2 more replicas (16 GPUs); the pool can place 1 more (8 GPUs)" in d.limited_reason
@@ -217,7 +242,7 @@ def test_capacity_cap_reports_missing_gpus_and_never_scales_down():
 
 
 def test_state_round_trip_through_json():
-    pol = policy(max_replicas=20, panic_threshold=0)
+    pol = mech(max_replicas=20, panic_threshold=0)
     state = run(pol, 2, [(0, 80.0), (5, 3.0), (10, 40.0), (20, None)])[-1][1].state
     data = json.loads(json.dumps(state.to_dict()))
     assert AutoscalerState.from_dict(data) == state
@@ -244,7 +269,7 @@ def test_state_from_dict_rejects_garbage(bad):
 
 
 def test_state_size_is_bounded():
-    pol = policy(max_replicas=1000, scale_down_stabilization_seconds=600, panic_threshold=0,
+    pol = mech(max_replicas=1000, scale_down_stabilization_seconds=600, panic_threshold=0,
                  scale_up_max_step=1000, scale_down_max_step=1000, scale_down_period_seconds=600)
     state, current = AutoscalerState(), 1
     for i in range(2000):
@@ -304,6 +329,185 @@ def test_fresh_value():
     assert fresh_value(None, T0) is None
 
 
+# --- from_spec: the defaults are the API's --------------------------------------------------
+
+
+def test_policy_carries_no_default_of_its_own_but_panic_threshold():
+    defaulted = {f.name for f in dataclasses.fields(AutoscalingPolicy)
+                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    assert defaulted == {"panic_threshold"}  # every other default lives in kubeforge.api
+    with pytest.raises(TypeError):
+        AutoscalingPolicy()  # type: ignore[call-arg]
+
+
+def test_from_spec_reads_every_field():
+    s = spec(minReplicas=2, maxReplicas=9, gpusPerReplica=8, autoscaling={
+        "targetPerReplica": 2.5, "tolerance": 0.2, "activationThreshold": 3, "scaleToZeroAfterSeconds": 120,
+        "scaleUp": {"stabilizationWindowSeconds": 7, "maxStep": 3, "periodSeconds": 11},
+        "scaleDown": {"stabilizationWindowSeconds": 77, "maxStep": 5, "periodSeconds": 13}})
+    assert AutoscalingPolicy.from_spec(s) == AutoscalingPolicy(
+        min_replicas=2, max_replicas=9, target_per_replica=2.5, tolerance=0.2, activation_threshold=3.0,
+        scale_to_zero_after_seconds=120.0, scale_up_stabilization_seconds=7.0, scale_up_max_step=3,
+        scale_up_period_seconds=11.0, scale_down_stabilization_seconds=77.0, scale_down_max_step=5,
+        scale_down_period_seconds=13.0, gpus_per_replica=8, panic_threshold=PANIC_THRESHOLD)
+
+
+def test_from_spec_defaults_are_the_api_models_defaults():
+    p = AutoscalingPolicy.from_spec(spec())
+    a, up, down = Autoscaling(), ScaleUpRules(), ScaleDownRules()
+    fields = InferenceServiceSpec.model_fields
+    assert (p.min_replicas, p.max_replicas, p.gpus_per_replica) == (
+        fields["min_replicas"].default, fields["max_replicas"].default, fields["gpus_per_replica"].default)
+    assert (p.target_per_replica, p.tolerance, p.activation_threshold, p.scale_to_zero_after_seconds) == (
+        a.target_per_replica, a.tolerance, a.activation_threshold, a.scale_to_zero_after_seconds)
+    assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (
+        up.stabilization_window_seconds, up.max_step, up.period_seconds)
+    assert (p.scale_down_stabilization_seconds, p.scale_down_max_step, p.scale_down_period_seconds) == (
+        down.stabilization_window_seconds, down.max_step, down.period_seconds)
+
+
+def test_defaults_are_the_benchmarked_ones():
+    """Chosen with e2e/bench_autoscaling.py --sweep (README-autoscaling.md): change them with it."""
+    p = policy()
+    assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (0, 1, 10)
+    assert (p.scale_down_stabilization_seconds, p.scale_down_max_step, p.scale_down_period_seconds) == (300, 1, 30)
+    assert p.panic_threshold == PANIC_THRESHOLD == 8.0
+
+
+# --- the default policy's behaviour ----------------------------------------------------------
+
+
+def test_default_policy_paces_scale_up_to_one_replica_per_period():
+    # 20 waiting asks for 5 replicas, below panic (8 x 4 per replica x 1 replica = 32)
+    res = run(policy(max_replicas=12), 1, [(t, 20.0) for t in range(0, 35, 5)])
+    assert trace(res) == [2, 2, 3, 3, 4, 4, 5]
+    assert res[1][1].limited_condition_reason == "ScaleUpLimit" and not res[1][1].panic
+    assert "scale-up limited to 1 per 10s" in res[1][1].limited_reason
+
+
+@pytest.mark.parametrize(
+    "current,metric,desired,panic",
+    [(1, 32.0, 2, False), (1, 33.0, 9, True), (4, 128.0, 5, False), (4, 129.0, 12, True)],
+    ids=["1-at-8x", "1-above-8x", "4-at-8x", "4-above-8x"],
+)
+def test_default_panic_lifts_the_pacing_only_above_eight_times_the_target(current, metric, desired, panic):
+    d = decide(policy(max_replicas=12), warm_state(current), current, metric, T0)
+    assert (d.desired, d.panic) == (desired, panic), d.reason
+
+
+def test_default_policy_holds_replicas_for_the_hpa_window_then_steps_down():
+    pol = policy(max_replicas=8)
+    state = run(pol, 4, [(-5, 16.0)])[-1][1].state  # busy at 4 replicas at t=-5, then silence
+    res = run(pol, 4, [(t, 0.0) for t in range(0, 421, 5)], state=state)
+    by_time = {t: d.desired for t, d in res}
+    assert all(by_time[t] == 4 for t in range(0, 295, 5))  # the 4 at t=-5 is inside (t-300, t]
+    assert by_time[295] == 3  # it has left the window: one step down
+    assert (by_time[320], by_time[325], by_time[355], by_time[420]) == (3, 2, 1, 1)  # then 1 per 30 s
+
+
+def _bursts(pol: AutoscalingPolicy, burst_minutes: int = 20, tail: int = 600) -> tuple[int, int, int]:
+    """A queue of 40 for 10 s every 4 minutes for ``burst_minutes``, then silence; decisions every
+    5 s. Returns (direction reversals, final replicas, highest replicas)."""
+    state, current, last, reversals, top = AutoscalerState(), 1, None, 0, 1
+    for t in range(0, burst_minutes * 60 + tail, 5):
+        metric = 40.0 if t < burst_minutes * 60 and t % 240 < 10 else 0.0
+        d = decide(pol, state, current, metric, T0 + t)
+        if d.direction:
+            reversals += last is not None and d.direction != last
+            last = d.direction
+        state, current, top = d.state, d.desired, max(top, d.desired)
+    return reversals, current, top
+
+
+def test_default_policy_does_not_flap_between_bursts_minutes_apart():
+    reversals, final, top = _bursts(policy(max_replicas=12))
+    assert (reversals, final, top) == (1, 1, 10)  # up once, held through every burst, down after the last
+    old_reversals, _, _ = _bursts(mech(max_replicas=12))  # the 60 s window scaled down between bursts
+    assert old_reversals >= 5
+
+
+# --- the benchmark's arrival streams and replay (e2e/bench_autoscaling.py) -------------------
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = Path(__file__).resolve().parents[1] / "e2e" / "bench_autoscaling.py"
+    mod_spec = importlib.util.spec_from_file_location("bench_autoscaling", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    sys.modules["bench_autoscaling"] = mod
+    try:
+        mod_spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop("bench_autoscaling", None)
+
+
+def test_bench_trace_default_is_relative_to_the_repository(bench):
+    root = Path(__file__).resolve().parents[1]
+    assert bench.DEFAULT_TRACE == root.parent / "shared" / "data" / "traces" / "azure-llm-inference-code-2023.csv"
+
+
+def test_diurnal_fraction_is_one_smooth_day(bench):
+    f = bench.diurnal_fraction
+    assert f(15 * 3600) == pytest.approx(1.0) and f(3 * 3600) == pytest.approx(0.15)
+    assert f(3 * 3600 + 86400) == pytest.approx(f(3 * 3600))  # periodic
+    day = [f(h * 3600) for h in range(3, 16)]
+    assert day == sorted(day)  # rises from the night trough to the afternoon peak
+    assert all(0.15 - 1e-12 <= f(t) <= 1 + 1e-12 for t in range(0, 86400, 600))
+    assert f(9 * 3600, night_fraction=0.5, peak_hour=9) == pytest.approx(1.0)
+
+
+def test_day_arrivals_tiles_thins_and_is_deterministic(bench):
+    from kubeforge.sim.modelserver import ServiceModel, service_seconds
+
+    model = ServiceModel()
+    trace_rows = [(float(i), 100, 10) for i in range(600)]  # one request a second for 10 minutes
+    a = bench.day_arrivals(trace_rows, model, seed=3)
+    assert a == bench.day_arrivals(trace_rows, model, seed=3)
+    assert a != bench.day_arrivals(trace_rows, model, seed=4)
+    times = [r.arrival for r in a]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] < 86400
+    assert {r.service for r in a} == {service_seconds(model, 100, 10)}
+    mean_fraction = (1 + 0.15) / 2  # the cosine's mean over a day
+    assert len(a) == pytest.approx(86400 * mean_fraction, rel=0.02)
+    night = sum(1 for t in times if 2.5 * 3600 <= t < 3.5 * 3600)
+    peak = sum(1 for t in times if 14.5 * 3600 <= t < 15.5 * 3600)
+    assert night / peak == pytest.approx(0.15, abs=0.03)
+
+
+def test_superpose_multiplies_the_load_in_its_window(bench):
+    base = [bench.Request(float(i), 1.0) for i in range(100)]
+    assert len(bench.superpose(base, 2, seed=1, period=100.0)) == 300
+    surge = bench.superpose(base, 3, seed=1, period=100.0, start=20.0, end=40.0)
+    assert len(surge) == 100 + 3 * 20
+    assert sum(1 for r in surge if not 20 <= r.arrival < 40) == 80  # outside the window: base only
+
+
+def test_bench_uses_the_api_defaults_through_from_spec(bench):
+    pol, interval = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0))
+    assert pol == AutoscalingPolicy.from_spec(spec(maxReplicas=12, autoscaling={"targetPerReplica": 4}))
+    assert interval == Autoscaling().polling_interval_seconds
+    over, _ = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0), {"panic_threshold": 2.0})
+    assert over == replace(pol, panic_threshold=2.0)
+
+
+def test_replay_counts_patches_reversals_and_replica_minutes(bench):
+    class Scripted:
+        name = "scripted"
+
+        def __init__(self, plan):
+            self.plan = plan  # {time: replicas}
+
+        def tick(self, now, current, seen):
+            return self.plan.get(now)
+
+    b = bench.Bounds(1, 8, 4.0)
+    r = bench.replay(Scripted({10.0: 3, 20.0: 2, 30.0: 4}), [], 40.0, b)
+    assert (r.patches, r.reversals, r.max_replicas) == (3, 2, 4)  # up, down (reversal), up (reversal)
+    # 1 replica for (0, 10), 3 for [10, 20), 2 for [20, 30), 4 for [30, 40], in 0.5 s steps
+    assert r.replica_seconds == pytest.approx(1 * 9.5 + 3 * 10 + 2 * 10 + 4 * 10.5)
+
+
 # --- properties -----------------------------------------------------------------------------
 
 policies = st.builds(
@@ -312,7 +516,7 @@ policies = st.builds(
         activation_threshold=act, scale_to_zero_after_seconds=idle,
         scale_up_stabilization_seconds=upw, scale_up_max_step=upstep, scale_up_period_seconds=upp,
         scale_down_stabilization_seconds=dnw, scale_down_max_step=dnstep, scale_down_period_seconds=dnp,
-        panic_threshold=panic,
+        gpus_per_replica=1, panic_threshold=panic,
     ),
     st.integers(0, 5), st.integers(0, 10), st.floats(0.1, 50), st.floats(0, 0.5), st.floats(0, 5),
     st.floats(0, 200), st.floats(0, 60), st.integers(1, 5), st.floats(1, 60), st.floats(0, 120),
