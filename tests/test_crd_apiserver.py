@@ -142,6 +142,59 @@ def test_invalid_inference_service_is_rejected(cluster: Any, namespace: str, nam
         assert fragment in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "kind, name, fragments",
+    [
+        ("TrainingJob", "Llama", ["metadata.name of a TrainingJob must be a DNS-1035 label"]),
+        ("TrainingJob", "llama.7b", ["must be a DNS-1035 label"]),
+        ("TrainingJob", "7b-llama", ["must be a DNS-1035 label"]),
+        ("TrainingJob", "llama-", ["must be a DNS-1035 label"]),
+        ("TrainingJob", "a" * 52, ["metadata.name of a TrainingJob must be at most 51 characters",
+                                   "<name>-worker-<rank>"]),
+        ("InferenceService", "chat.v2", ["metadata.name of a InferenceService must be a DNS-1035 label"]),
+        ("InferenceService", "c" * 64, ["must be at most 63 characters"]),
+    ],
+)
+def test_names_the_operator_could_not_build_from_are_refused(cluster: Any, namespace: str, kind: str, name: str,
+                                                             fragments: list[str]) -> None:
+    obj = training_job(name) if kind == "TrainingJob" else inference_service(name)
+    result = apply(cluster, namespace, obj, check=False)
+    assert result.returncode != 0, result.stdout
+    for fragment in fragments:
+        assert fragment in flat(result.stderr), result.stderr
+
+
+def test_longest_training_job_name_is_accepted(cluster: Any, namespace: str) -> None:
+    apply(cluster, namespace, training_job("a" * 51))
+
+
+@pytest.mark.parametrize(
+    "template, fragments",
+    [
+        ({"spec": {"containers": []}}, ["spec.template.spec.containers", "should have at least 1 items"]),
+        ({"spec": {}}, ["spec.template.spec.containers", "Required value"]),
+        ({"spec": {"containers": [{"name": "main"}]}}, ["spec.template.spec.containers[0].image", "Required value"]),
+        ({"spec": {"containers": [{"name": "main", "image": ""}]}}, ["spec.template.spec.containers[0].image"]),
+        ({"spec": {"containers": [{"image": "busybox"}]}}, ["spec.template.spec.containers[0].name", "Required value"]),
+        ({"spec": {"containers": [{"name": "Main_1", "image": "busybox"}]}}, ["spec.template.spec.containers[0].name"]),
+    ],
+)
+def test_templates_without_a_runnable_container_are_refused(cluster: Any, namespace: str, template: dict,
+                                                            fragments: list[str]) -> None:
+    for obj in (training_job(f"t-{uuid.uuid4().hex[:6]}", template=template),
+                inference_service(f"s-{uuid.uuid4().hex[:6]}", template=template)):
+        result = apply(cluster, namespace, obj, check=False)
+        assert result.returncode != 0, result.stdout
+        for fragment in fragments:
+            assert fragment in flat(result.stderr), result.stderr
+
+
+def test_pool_names_must_be_label_values(cluster: Any) -> None:
+    pool = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": "p" * 64}, "spec": {}}
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(pool), check=False)
+    assert result.returncode != 0 and "at most 63 characters" in flat(result.stderr), result.stderr
+
+
 def test_valid_training_job_is_accepted_and_defaulted(cluster: Any, namespace: str) -> None:
     apply(cluster, namespace, training_job("ok"))
     obj = get_json(cluster, "-n", namespace, "trainingjob", "ok")
