@@ -68,6 +68,9 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
         if d.get("placement"):
             d.set(placement=None)
             plan.release = True
+        # A finished job holds nothing, even a pod whose creation the watch showed only after
+        # the job ended (created in the same pass that found the gang could not start).
+        plan.delete_pods = sorted(p.name for p in ctx.pods if not p.deleting and not p.terminal)
         plan.status = d.result()
         return plan
     attempt = d.attempt
