@@ -137,7 +137,9 @@ def main() -> int:
     ap.add_argument("--gpus-per-replica", type=int, default=1)
     ap.add_argument("--submit-workers", type=int, default=16, help="threads issuing the create calls")
     ap.add_argument("--step-timeout", type=float, default=600, help="seconds a step may wait, at most")
-    ap.add_argument("--settle", type=float, default=60,
+    ap.add_argument("--final-wait", type=float, default=600,
+                    help="after the last step, wait at most this long more for every pod to bind (one more row)")
+    ap.add_argument("--settle", type=float, default=120,
                     help="end a step when no pod was created or bound and no job admitted for this long")
     ap.add_argument("--idle-seconds", type=float, default=20, help="sampling of the idle operator")
     ap.add_argument("--operator-src", default=os.environ.get("KUBEFORGE_OPERATOR_SRC"),
@@ -159,7 +161,8 @@ def main() -> int:
           f"({args.jobs * args.replicas} pods, {want_gpus} GPUs, {100 * want_gpus / max(1, capacity):.0f}% of the fleet), "
           f"topology None, checkpoint.existingClaimName {CLAIM} (one PVC shared by every job: no per-job PVC/PV)")
     print(f"steps of {args.step} jobs, each a burst from {args.submit_workers} threads; a step ends when every pod so far "
-          f"is bound, after {args.settle:.0f}s without progress, or at {args.step_timeout:.0f}s; "
+          f"is bound, after {args.settle:.0f}s without progress, or at {args.step_timeout:.0f}s; then at most "
+          f"{args.final_wait:.0f}s more for the last pods; "
           f"cluster {args.cluster}; machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
     print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
@@ -241,10 +244,39 @@ def main() -> int:
 
         submitted = 0
         errors: list[str] = []
+
+        def wait_and_row(label: str, t0: float, t_sub: float, timeout: float) -> Row:
+            """Wait (at most ``timeout`` s from ``t0``) for every pod so far to bind, or for
+            ``--settle`` s without progress; then take a row."""
+            sampler = RssSampler(pid).start()
+            seen.last_progress = max(seen.last_progress, t_sub)
+            target = submitted * args.replicas
+            why = ""
+            while not why:  # bounded by timeout
+                time.sleep(1)
+                now = time.monotonic()
+                if not alive(pid):
+                    why = "the operator exited"
+                elif len(seen.bound) >= target:
+                    why = "all pods bound"
+                elif now - seen.last_progress >= args.settle:
+                    why = f"no progress for {args.settle:.0f}s"
+                elif now - t0 >= timeout:
+                    why = f"timeout ({timeout:.0f}s)"
+            sampler.stop()
+            row = Row(label, submitted, len(seen.pods), len(seen.bound), len(seen.admitted), time.monotonic() - t0, why,
+                      sampler.last, sampler.peak, cpu_seconds(pid), rss_mib(api_pid), rss_mib(etcd_pid))
+            rows.append(row)
+            if why == "the operator exited":
+                raise Abort(f"the operator exited ({label}); its log: {op_log}")
+            say(f"{row.label}: pods created {row.pods}, bound {row.bound}/{target}, admitted {row.admitted}; "
+                f"operator RSS {row.op_rss:.0f} MiB (peak {row.op_peak:.0f}); kube-apiserver {row.api_rss:.0f} MiB; "
+                f"{why} after {row.step_s:.0f}s")
+            return row
+
         with ThreadPoolExecutor(args.submit_workers) as pool:
             while submitted < args.jobs:  # bounded: at most ceil(jobs/step) steps
                 n = min(args.step, args.jobs - submitted)
-                sampler = RssSampler(pid).start()
                 t0 = time.monotonic()
 
                 def create(i: int) -> None:
@@ -258,30 +290,11 @@ def main() -> int:
                 list(pool.map(create, range(submitted, submitted + n)))
                 submitted += n
                 t_sub = time.monotonic()
-                seen.last_progress = max(seen.last_progress, t_sub)
-                target = submitted * args.replicas
-                why = ""
-                while not why:  # bounded by --step-timeout
-                    time.sleep(1)
-                    now = time.monotonic()
-                    if not alive(pid):
-                        why = "the operator exited"
-                    elif len(seen.bound) >= target:
-                        why = "all pods bound"
-                    elif now - seen.last_progress >= args.settle:
-                        why = f"no progress for {args.settle:.0f}s"
-                    elif now - t0 >= args.step_timeout:
-                        why = f"step timeout ({args.step_timeout:.0f}s)"
-                sampler.stop()
-                row = Row(f"{submitted} jobs", submitted, len(seen.pods), len(seen.bound), len(seen.admitted),
-                          time.monotonic() - t0, why, sampler.last, sampler.peak, cpu_seconds(pid),
-                          rss_mib(api_pid), rss_mib(etcd_pid))
-                rows.append(row)
-                if why == "the operator exited":
-                    raise Abort(f"the operator exited during the step to {submitted} jobs; its log: {op_log}")
-                say(f"{row.label}: submitted in {t_sub - t0:.1f}s; pods created {row.pods}, bound {row.bound}/{target}, "
-                    f"admitted {row.admitted}; operator RSS {row.op_rss:.0f} MiB (peak {row.op_peak:.0f}); "
-                    f"kube-apiserver {row.api_rss:.0f} MiB; {why} after {row.step_s:.0f}s")
+                say(f"{submitted} jobs submitted ({n} in {t_sub - t0:.1f}s)")
+                wait_and_row(f"{submitted} jobs", t0, t_sub, args.step_timeout)
+        if args.final_wait > 0 and len(seen.bound) < submitted * args.replicas:
+            t0 = time.monotonic()
+            wait_and_row(f"+{args.final_wait:.0f}s wait", t0, t0, args.final_wait)
         hwm = rss_mib(pid, "VmHWM")
         if errors:
             notes.append(f"{len(errors)} create errors, first: {errors[0]}")
