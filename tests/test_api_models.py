@@ -232,7 +232,7 @@ def test_inference_service_parses_a_full_body() -> None:
     assert svc.spec.min_replicas == 0
     assert svc.spec.autoscaling.target_per_replica == 2.5
     assert svc.spec.autoscaling.scale_down.max_step == 2
-    assert svc.spec.autoscaling.scale_down.stabilization_window_seconds == 60
+    assert svc.spec.autoscaling.scale_down.stabilization_window_seconds == 300  # the API default
     assert svc.status is not None and svc.status.ready_replicas == 1
     assert svc.service_url() == "http://llama-chat.serving.svc:8000"
 
@@ -278,7 +278,7 @@ def test_status_is_optional() -> None:
 
 def test_snake_case_names_are_accepted() -> None:
     spec = TrainingJobSpec(
-        pools=["a"], replicas=1, gpus_per_replica=1, template={"spec": {}}
+        pools=["a"], replicas=1, gpus_per_replica=1, template=TEMPLATE
     )
     assert spec.to_dict()["gpusPerReplica"] == 1
 
@@ -289,7 +289,7 @@ def test_snake_case_names_are_accepted() -> None:
 
 def test_training_job_defaults() -> None:
     spec = TrainingJobSpec.model_validate(
-        {"pools": ["p"], "replicas": 2, "gpusPerReplica": 1, "template": {"spec": {}}}
+        {"pools": ["p"], "replicas": 2, "gpusPerReplica": 1, "template": TEMPLATE}
     )
     assert spec.priority == 0
     assert spec.suspend is False
@@ -301,12 +301,13 @@ def test_training_job_defaults() -> None:
     assert spec.checkpoint.existing_claim_name is None
     fp = spec.failure_policy
     assert (fp.max_restarts, fp.backoff_seconds, fp.max_backoff_seconds,
-            fp.preemptions_before_fallback) == (3, 10, 600, 2)
+            fp.preemptions_before_fallback, fp.max_preemptions, fp.max_startup_retries) == (3, 10, 600, 2, 100, 5)
+    assert (spec.startup_timeout_seconds, spec.fallback_after_seconds) == (600, 300)
 
 
 def test_default_lists_are_not_shared() -> None:
-    a = TrainingJobSpec(pools=["p"], replicas=1, gpus_per_replica=1, template={})
-    b = TrainingJobSpec(pools=["p"], replicas=1, gpus_per_replica=1, template={})
+    a = TrainingJobSpec(pools=["p"], replicas=1, gpus_per_replica=1, template=TEMPLATE)
+    b = TrainingJobSpec(pools=["p"], replicas=1, gpus_per_replica=1, template=TEMPLATE)
     a.checkpoint.access_modes.append(AccessMode.READ_WRITE_ONCE)
     assert b.checkpoint.access_modes == [AccessMode.READ_WRITE_MANY]
 
@@ -325,7 +326,7 @@ def test_gpu_pool_defaults() -> None:
 
 
 def test_inference_service_defaults() -> None:
-    spec = InferenceServiceSpec.model_validate({"pools": ["p"], "template": {"spec": {}}})
+    spec = InferenceServiceSpec.model_validate({"pools": ["p"], "template": TEMPLATE})
     assert (spec.gpus_per_replica, spec.port, spec.min_replicas, spec.max_replicas) == (1, 8000, 1, 4)
     assert spec.topology.mode is TopologyMode.REQUIRED and spec.topology.level is None
     a = spec.autoscaling
@@ -334,9 +335,20 @@ def test_inference_service_defaults() -> None:
     assert (a.target_per_replica, a.tolerance, a.activation_threshold) == (4.0, 0.1, 0.0)
     assert (a.scale_to_zero_after_seconds, a.polling_interval_seconds) == (300, 5)
     assert (a.scale_up.stabilization_window_seconds, a.scale_up.max_step,
-            a.scale_up.period_seconds) == (0, 4, 15)
+            a.scale_up.period_seconds) == (0, 1, 10)
     assert (a.scale_down.stabilization_window_seconds, a.scale_down.max_step,
-            a.scale_down.period_seconds) == (60, 1, 30)
+            a.scale_down.period_seconds) == (300, 1, 30)
+
+
+@pytest.mark.parametrize("template, message", [
+    ({}, "Field required"),
+    ({"spec": {}}, "at least one container"),
+    ({"spec": {"containers": [{"name": "main"}]}}, "needs an image"),
+    ({"spec": {"containers": [{"image": "busybox"}]}}, "needs a name"),
+])
+def test_templates_without_a_runnable_container_are_refused_by_the_model(template, message) -> None:
+    with pytest.raises(ValidationError, match=message):
+        TrainingJobSpec.model_validate({"pools": ["p"], "replicas": 1, "gpusPerReplica": 1, "template": template})
 
 
 def test_integer_quantity_is_kept_as_string() -> None:

@@ -225,8 +225,8 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     assert auto["prometheusURL"] == "http://prometheus-operated.monitoring.svc:9090"
     assert auto["metric"] == "VLLMWaiting"
     assert auto["targetPerReplica"] == 4
-    assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 15}
-    assert auto["scaleDown"] == {"stabilizationWindowSeconds": 60, "maxStep": 2,
+    assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 1, "periodSeconds": 10}
+    assert auto["scaleDown"] == {"stabilizationWindowSeconds": 300, "maxStep": 2,
                                  "periodSeconds": 30}
     assert parse_inference_service(obj).spec.autoscaling.scale_down.max_step == 2
 

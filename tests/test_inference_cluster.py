@@ -15,6 +15,7 @@ Windows are seconds; every wait is bounded.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -40,7 +41,10 @@ def stack(cluster):
 
 
 def isvc(namespace: str, url: str, gpus: int = 2, min_replicas: int = 1, max_replicas: int = 4, **autoscaling) -> dict:
+    # Windows and steps in seconds, not the production defaults (a paced +1 per 10 s scale-up
+    # and a 5-minute scale-down window): the tests check the mechanisms, quickly.
     a = {"prometheusURL": url, "metric": "VLLMWaiting", "targetPerReplica": 4, "pollingIntervalSeconds": 1,
+         "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
          "scaleDown": {"stabilizationWindowSeconds": 10, "maxStep": 4, "periodSeconds": 1}}
     a.update(autoscaling)
     return {
@@ -213,3 +217,42 @@ def test_too_few_free_gpus_caps_the_scale_and_reports_insufficient_capacity(clus
     assert "4 wanted" in msg and "2 short (8 GPUs)" in msg and "can place 0 more" in msg, msg
     pods = get_json(cluster, "pods", "-n", namespace, "-l", f"kubeforge.io/inference-service={NAME}")["items"]
     assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods), "a replica was left unschedulable"
+
+
+def test_template_gpu_and_pool_edits_roll_out_to_the_deployment(cluster, namespace, fleet):
+    """Spec edits reach the Deployment once, as a rolling update with maxSurge 0 (never spare
+    GPUs), and the replicas come back on the new template."""
+    fleet(cliques=1, nodes=2)
+    other = fleet(cliques=1, nodes=1, pool=f"{namespace}-other")
+    body = isvc(namespace, "http://127.0.0.1:1", gpus=2, min_replicas=2, max_replicas=2)
+    apply(cluster, body)
+
+    def running():
+        return [p for p in get_json(cluster, "pods", "-n", namespace, "-l", f"kubeforge.io/inference-service={NAME}")["items"]
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+    def deployed(check):
+        out = cluster.kubectl("get", "deployment", NAME, "-n", namespace, "-o", "json", check=False)
+        if out.returncode != 0:
+            return None
+        d, pods = json.loads(out.stdout), running()
+        return len(pods) == 2 and all(check(d, p) for p in pods) and (d, pods)
+
+    d0, _ = wait_for(lambda: deployed(lambda d, p: True), timeout=60, what="two replicas running")
+    h0 = d0["metadata"]["annotations"]["kubeforge.io/template-hash"]
+    assert d0["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
+
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]
+    body["spec"]["gpusPerReplica"] = 4
+    apply(cluster, body)
+    d1, pods = wait_for(lambda: deployed(lambda d, p: p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"
+                                         and any(e["name"] == "VLLM_LOGGING_LEVEL" for e in p["spec"]["containers"][0].get("env") or [])),
+                        timeout=90, what="both replicas on the new template with 4 GPUs")
+    assert d1["metadata"]["annotations"]["kubeforge.io/template-hash"] != h0
+    assert d1["spec"]["replicas"] == 2  # the replica count stays the autoscaler's
+    assert any(e["reason"] == "Updated" for e in events_for(cluster, namespace, NAME))
+
+    body["spec"]["pools"] = [f"{namespace}-other"]
+    body["spec"]["minReplicas"] = body["spec"]["maxReplicas"] = 1
+    apply(cluster, body)
+    wait_for(lambda: [p for p in running() if p["spec"]["nodeName"] in other], timeout=90, what="a replica in the new pool")
