@@ -670,6 +670,21 @@ def test_memo_gives_the_answers_a_fresh_round_gives_over_a_sequence():
     assert held  # something ran
 
 
+def test_memo_compares_with_the_gpus_left_after_the_last_rounds_admissions():
+    """Round 1: 5 GPUs free; y takes 4, x (2 GPUs) waits with 1 left. Before round 2 y holds
+    its 4 and a foreign pod gives 3 back: 4 free, fewer than at the start of round 1, but more
+    than x was refused with. x must be placed again, and fit."""
+    pool = mk_pool("p")
+    memo = AdmissionMemo()
+    y = mk_job("y", gpus=4, priority=1)
+    x = mk_job("x", gpus=2)
+    plan = plan_admission(snapshot([pool], nodes(1), pods=[foreign_pod("f", "n0", 3)], jobs=[y, x]), NOW, memo)
+    assert list(admitted(plan)) == ["y"] and waiting(plan)["x"].reason == "WaitingForCapacity"
+    y_held = JobView(y, y.status, PlacementRecord("p", ("n0",)))
+    plan = plan_admission(snapshot([pool], nodes(1), jobs=[y_held, x]), NOW + 1, memo)
+    assert admitted(plan)["x"].placement.nodes == ("n0",), f"x still waits: {plan.wait}"
+
+
 def test_memo_forgets_a_wait_caused_by_an_admission_that_was_abandoned():
     """A Wait caused by GPUs another gang took earlier in the same round must not outlive that
     gang's admission when it is abandoned before the next round (suspended or deleted before
