@@ -330,7 +330,7 @@ def run(evs, grace: float, interleave: float = 0.5, seed: int = 0) -> World:
     return w
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(events, min_size=1, max_size=25), st.sampled_from([0.0, 30.0]), st.sampled_from([0.0, 0.5, 1.0]),
        st.integers(0, 2**16))
 def test_ledger_matches_pods_over_random_events(evs, grace, interleave, seed):
