@@ -715,11 +715,6 @@ def test_a_gang_behind_one_suspended_right_after_admission_runs():
     assert sim.jobs[(NS, "first")].status["phase"] == "Suspended"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "AdmissionMemo: node label changes are invisible to it (it watches free GPUs per node, the "
-    "pool's generation, levels and resource). A node that joins before GPU Feature Discovery "
-    "labels its NVLink clique makes a Required gang wait (Unschedulable); when the label comes, "
-    "no node is freer, so the cached wait stays until some GPUs are freed"))
 def test_memo_sees_a_node_label_that_makes_a_gang_fit():
     pool = mk_pool("p")
     memo = AdmissionMemo()
@@ -732,10 +727,6 @@ def test_memo_sees_a_node_label_that_makes_a_gang_fit():
     assert admitted(plan), f"still waits: {plan.wait}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "AdmissionMemo: waits are keyed by (namespace, name) and signed with (generation, candidate "
-    "pools), not the uid: a job deleted and created again with the same name (generation 1 again) "
-    "before a round runs in between inherits the old job's wait"))
 def test_memo_does_not_carry_a_wait_to_a_new_job_of_the_same_name():
     pool = mk_pool("p")
     memo = AdmissionMemo()

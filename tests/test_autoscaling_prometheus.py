@@ -116,12 +116,12 @@ EXPECT = [
     ("float", 2.5, None),
     ("scalar", 3.0, None),
     ("empty", None, "empty result"),
-    ("nan", None, "NaN"),
-    ("inf", None, "Inf"),
+    ("nan", None, "value is nan"),
+    ("inf", None, "value is inf"),
     ("two", None, "2 series; wrap it in sum"),
     ("matrix", None, "unsupported result type 'matrix'"),
-    ("bad", None, "bad_data: parse error at char 4"),
-    ("down", None, "HTTP 503: Service Unavailable"),
+    ("bad", None, "Prometheus error bad_data (HTTP 400)"),  # Prometheus' errorType, never its text
+    ("down", None, "HTTP 503"),
     ("html", None, "not a Prometheus query result"),
 ]
 
@@ -162,7 +162,34 @@ def test_request_shape_and_base_url_prefix(prom):
 
 def test_wrong_path_gives_http_error(prom):
     r = parse_query_response(404, "404 page not found")
-    assert r.error == "HTTP 404: 404 page not found"
+    assert r.error == "HTTP 404"
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, '{"status": "error", "errorType": "internal-secret-token-abc123", "error": "token abc123"}'),
+    (500, "root:x:0:0:root:/root:/bin/bash"),
+    (200, '{"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "secret-abc123"]}]}}'),
+    (401, '{"access_token": "abc123"}'),
+])
+def test_no_response_content_ever_reaches_the_error(status, body):
+    """prometheusURL is the user's: whatever answers there, its body never reaches status or
+    Events (issue 8: no reading of internal endpoints through the operator)."""
+    r = parse_query_response(status, body)
+    assert r.value is None and r.error
+    assert "abc123" not in r.error and "root:" not in r.error and "token" not in r.error, r.error
+
+
+@pytest.mark.parametrize("url, allowed, ok", [
+    ("http://prom.monitoring:9090", (), True),
+    ("http://prom.monitoring:9090", ("http://prom.monitoring:9090",), True),
+    ("http://prom.monitoring:9090/prometheus", ("http://prom.monitoring:9090",), True),
+    ("http://prom.monitoring:90901", ("http://prom.monitoring:9090",), False),
+    ("http://kubernetes.default.svc/api", ("http://prom.monitoring:9090",), False),
+    ("http://169.254.169.254/latest/meta-data", ("http://prom.monitoring:9090",), False),
+])
+def test_url_allow_list(url, allowed, ok):
+    from kubeforge.autoscaling.prometheus import url_allowed
+    assert url_allowed(url, allowed) is ok
 
 
 def test_invalid_url_is_an_error():

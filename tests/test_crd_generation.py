@@ -314,7 +314,8 @@ def test_gpu_pool_spec_may_be_left_out() -> None:
     schema = schema_of("GPUPool")
     assert "required" not in schema
     assert schema["properties"]["spec"]["default"] == {
-        "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto"}
+        "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto",
+        "preemption": {"withinQuota": "LowerPriority", "reclaimQuota": "Any"}}
 
 
 @pytest.mark.parametrize(

@@ -222,18 +222,22 @@ def test_summarize_pool_numbers():
     nodes.append(NodeInfo("bare", {}, 8, 0, interrupted=True))
     s = summarize_pool(nodes, LEVELS)
     assert (s.nodes_total, s.nodes_ready, s.nodes_usable, s.nodes_spot, s.nodes_on_demand) == (6, 5, 4, 1, 5)
-    assert (s.gpus.capacity, s.gpus.allocatable, s.gpus.allocated, s.gpus.free) == (48, 44, 12, 5 + 8 + 3)
+    # allocatable and allocated count usable nodes only, so allocated + free == allocatable; the
+    # NotReady and the interrupted node's 16 GPUs are "unavailable".
+    assert (s.gpus.capacity, s.gpus.allocatable, s.gpus.allocated, s.gpus.free, s.gpus.unavailable) == (48, 28, 12, 16, 16)
     assert (s.gpus_spot.capacity, s.gpus_spot.allocatable, s.gpus_spot.allocated, s.gpus_spot.free) == (8, 4, 1, 3)
     assert s.gpus_on_demand.free == 13
-    table = [(d.level, d.name, d.nodes, d.gpus_allocatable, d.gpus_allocated, d.gpus_free) for d in s.domains]
+    table = [(d.level, d.name, d.nodes, d.gpus.allocatable, d.gpus.allocated, d.gpus.free, d.gpus.unavailable) for d in s.domains]
     assert table == [
-        ("nvlink", "b0-c0", 2, 16, 11, 5),
-        ("nvlink", "b0-c1", 2, 16, 0, 8),
-        ("block", "b0", 4, 32, 11, 13),
-        ("block", "b9", 1, 4, 1, 3),
+        ("nvlink", "b0-c0", 2, 16, 11, 5, 0),
+        ("nvlink", "b0-c1", 2, 8, 0, 8, 8),
+        ("block", "b0", 4, 24, 11, 13, 8),
+        ("block", "b9", 1, 4, 1, 3, 0),
     ]
+    for counts in [s.gpus, s.gpus_spot, s.gpus_on_demand] + [d.gpus for d in s.domains]:
+        assert counts.allocated + counts.free == counts.allocatable
     assert s.domains_omitted == 0
-    assert [d.gpus_capacity for d in s.domains] == [16, 16, 32, 8]
+    assert [d.gpus.capacity for d in s.domains] == [16, 16, 32, 8]
 
 
 def test_summarize_pool_bounds_domains_keeping_the_freest():

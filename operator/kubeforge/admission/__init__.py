@@ -12,12 +12,16 @@ from kubeforge.admission._plan import (
     first_pool_index, gang_request, plan_admission, queued_since,
 )
 from kubeforge.admission._pools import PoolView, pool_members, pool_view
+from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, quota_book
+from kubeforge.admission._round import Preempt
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
     TERMINAL_JOB_PHASES, JobView, Snapshot, pool_capacity_type, pool_resource,
 )
 
 __all__ = [
+    "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work",
+    "quota_book",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "Serve", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",

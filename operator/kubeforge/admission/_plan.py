@@ -14,34 +14,17 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kubeforge.admission._ledger import Ledger, build_ledgers
+from kubeforge.admission._round import Admit, Preempt, Round, Wait
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
 from kubeforge.objects import ADMISSION_GATE, Key, Pod, condition, condition_time, status_time
-from kubeforge.placement import GangRequest, NodeFilter, NoFit, PendingGang, Placement, place_gang, queue_order
+from kubeforge.placement import GangRequest, NodeFilter, PendingGang, Placement, place_gang, queue_order
 
 BLOCKED_UNTIL_SPEC_CHANGES = ("InvalidSpec",)
 """``Admitted=False`` reasons, at the job's current generation, that stop admission until the
 spec changes (the API server or the model refused something only an edit can fix)."""
-
-
-@dataclass(frozen=True)
-class Admit:
-    """A gang admitted: ``placement`` in ``pool`` (rank i on ``placement.nodes[i]``)."""
-
-    key: Key
-    pool: str
-    placement: Placement
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A gang that waits, and why (reason: CamelCase for the ``Admitted`` condition)."""
-
-    key: Key
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -59,14 +42,17 @@ class AdmissionPlan:
 
     Attributes:
         admit: Gangs placed this round.
-        wait: Gangs that wait, with the reason.
+        wait: Gangs that wait, with the reason (a preempting gang waits too, ``Preempting``).
+        preempt: Gangs that preempt others, with their victims and nominated GPUs.
         serve: Serving replicas given a node.
         ledgers: The ledgers after the round (every admission counted), by resource.
         views: The pool views the round placed against (before its own admissions).
+        quotas: Each pool's ``status.quotas`` after the round.
     """
 
     admit: list[Admit] = field(default_factory=list)
     wait: list[Wait] = field(default_factory=list)
+    preempt: list[Preempt] = field(default_factory=list)
     serve: list[Serve] = field(default_factory=list)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
@@ -92,21 +78,32 @@ class AdmissionMemo:
     epoch: dict[str, int] = field(default_factory=dict)
     waits: dict[Key, tuple[tuple, tuple[int, ...], "Wait"]] = field(default_factory=dict)
 
-    def advance(self, views: Mapping[str, PoolView]) -> None:
-        """Move each pool's epoch when any of its nodes has more free GPUs than last round, or
-        the pool itself changed (its levels, tolerations, resource)."""
+    def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
+        """At the start of a round: move each pool's epoch when any of its nodes has more free
+        GPUs than at the end of the last round (see :meth:`settle`), or the pool itself
+        changed (its levels, tolerations, resource), or what a preemption there could do did
+        (``signatures``: the lowest running priority, the borrowing teams)."""
         for name, view in views.items():
             cur = {n.name: n.gpus_free for n in view.nodes if n.usable}
-            shape = (view.record.generation, view.levels, view.resource)
+            labels = hash(tuple((n.name, frozenset(n.labels.items())) for n in view.nodes))  # GFD may label late
+            shape = (view.record.generation, view.levels, view.resource, labels, (signatures or {}).get(name))
             prev = self.free.get(name)
             if prev is None or self.shape.get(name) != shape or any(g > prev.get(n, -1) for n, g in cur.items()):
                 self.epoch[name] = self.epoch.get(name, 0) + 1
-            self.free[name] = cur
             self.shape[name] = shape
         for gone in set(self.free) - set(views):
             self.free.pop(gone, None)
             self.shape.pop(gone, None)
             self.epoch.pop(gone, None)
+
+    def settle(self, views: Mapping[str, PoolView], taken: Mapping[str, Mapping[str, int]]) -> None:
+        """At the end of a round: remember each pool's free GPUs after everything the round
+        promised. A gang that waited did so with at least this much free; if a promise is
+        abandoned before the next round (the gang suspended or deleted before its placement was
+        written), the next round finds more free than this and looks again."""
+        for name, view in views.items():
+            promised = taken.get(view.resource, {})
+            self.free[name] = {n.name: n.gpus_free - promised.get(n.name, 0) for n in view.nodes if n.usable}
 
 
 def awaiting_admission(job: JobView, now: float) -> bool:
@@ -194,39 +191,6 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     return None
 
 
-def _place_job(job: JobView, request: GangRequest, views: dict[str, PoolView],
-               taken: dict[str, dict[str, int]], now: float) -> Admit | Wait:
-    spec = job.record.spec
-    assert spec is not None
-    notes: list[str] = []
-    permanent_everywhere = True
-    tried_all = False
-    pools = list(spec.pools)
-    allowed = candidate_pools(job, now)
-    start = pools.index(allowed[0])
-    for i in range(start, len(pools)):
-        name = pools[i]
-        if name not in allowed and not permanent_everywhere:
-            break  # waits for fallbackAfterSeconds before trying the next pool
-        tried_all = i == len(pools) - 1
-        view = views.get(name)
-        if view is None:
-            notes.append(f"GPUPool {name!r} does not exist")
-            continue
-        result = place_gang(request, view.nodes, view.levels, taken[view.resource])
-        if isinstance(result, Placement):
-            for node, gpus in result.gpus_by_node.items():
-                taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus
-            return Admit(job.key, name, result)
-        nofit: NoFit = result
-        permanent_everywhere = permanent_everywhere and nofit.permanent
-        notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
-    if all(n.startswith("GPUPool ") for n in notes):
-        return Wait(job.key, "PoolNotFound", "; ".join(notes))
-    reason = "Unschedulable" if permanent_everywhere and tried_all else "WaitingForCapacity"
-    return Wait(job.key, reason, "; ".join(notes))
-
-
 def _serving_request(snapshot: Snapshot, pod: Pod, view: PoolView) -> GangRequest | None:
     svc = snapshot.services.get((pod.namespace, pod.service or ""))
     if svc is None or svc.spec is None:
@@ -263,7 +227,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     plan = AdmissionPlan(ledgers=build_ledgers(snapshot))
     for name, pool in snapshot.pools.items():
         plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node)
-    taken: dict[str, dict[str, int]] = {r: {} for r in plan.ledgers}
+    rnd = Round(snapshot, now, plan.ledgers, plan.views)
+    taken = rnd.taken
 
     by_key: dict[str, JobView] = {}
     queue = []
@@ -274,23 +239,32 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
             queue.append(PendingGang(k, gang_request(job.record.spec), job.record.spec.priority,  # type: ignore[union-attr]
                                      job.record.created))
     memo = memo if memo is not None else AdmissionMemo()
-    memo.advance(plan.views)
+    memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})
     waits = {}
     for pending in queue_order(queue):
         job = by_key[pending.key]
-        decision: Admit | Wait | None = _storage_wait(job, snapshot)
+        spec = job.record.spec
+        assert spec is not None
+        decision: Admit | Wait | Preempt | None = _storage_wait(job, snapshot)
         if decision is None:
-            sig = (job.record.generation, tuple(candidate_pools(job, now)))
-            epochs = tuple(memo.epoch.get(p, -1) for p in job.record.spec.pools)  # type: ignore[union-attr]
+            allowed = candidate_pools(job, now)
+            sig = (job.record.uid, job.record.generation, tuple(allowed))
+            epochs = tuple(memo.epoch.get(p, -1) for p in spec.pools)
             hit = memo.waits.get(job.key)
-            if hit is not None and hit[:2] == (sig, epochs):
+            if hit is not None and hit[:2] == (sig, epochs) and job.key not in snapshot.nominations:
                 decision = hit[2]  # nothing got freer since it did not fit: it still does not
             else:
-                decision = _place_job(job, pending.request, plan.views, taken, now)
+                decision = rnd.place(job, pending.request, list(spec.pools), allowed)
             if isinstance(decision, Wait):
                 waits[job.key] = (sig, epochs, decision)
+        if isinstance(decision, Preempt):
+            plan.preempt.append(decision)
+            names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in decision.victims)
+            decision = Wait(job.key, "Preempting", f"preempting {names} in pool {decision.pool}; "
+                            "admitted once their GPUs are free")
         (plan.admit if isinstance(decision, Admit) else plan.wait).append(decision)  # type: ignore[arg-type]
     memo.waits = waits
+    memo.settle(plan.views, taken)
 
     gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool),
                    key=lambda p: (p.created, p.namespace, p.name))
@@ -311,4 +285,5 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         led = plan.ledgers[resource]
         for node, gpus in extra.items():
             led.per_node[node] = led.per_node.get(node, 0) + gpus
+    plan.quotas = {name: book.usage() for name, book in rnd.books.items()}
     return plan

@@ -61,6 +61,9 @@ class Snapshot:
         services: InferenceServices by key.
         storage_classes: StorageClass names that exist.
         claims: PersistentVolumeClaims that exist, by key, with their phase.
+        nominations: Gangs that preempted others: key -> (pool, GPUs per node promised to
+            them until their victims' GPUs are free).
+        preempting: Gangs being preempted now (never chosen again until they stop).
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -70,6 +73,8 @@ class Snapshot:
     services: Mapping[Key, InferenceServiceRecord] = field(default_factory=dict)
     storage_classes: frozenset[str] = frozenset()
     claims: Mapping[Key, str] = field(default_factory=dict)
+    nominations: Mapping[Key, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
+    preempting: frozenset[Key] = frozenset()
 
 
 def pool_resource(pool: PoolRecord | None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -69,6 +69,84 @@ class EffectiveTopologyLevel(TopologyLevel):
     )
 
 
+class PreemptionPolicy(str, Enum):
+    """PreemptionPolicy says which running jobs a waiting job may preempt."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class GPUQuota(KubeModel):
+    """GPUQuota is one team's share of the pool (Kueue's ClusterQueue quota, with the pool as
+    its cohort): the GPUs its namespaces are guaranteed, and how many more they may borrow
+    while other teams leave theirs idle. Borrowed GPUs can be reclaimed: a job of a team still
+    within its nominal quota may preempt jobs of teams that borrow (see spec.preemption)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="name of the quota (a team), unique in the pool.",
+    )
+    namespaces: list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_LENGTH, pattern=DNS_LABEL_PATTERN)]] = Field(
+        min_length=1,
+        max_length=64,
+        description="namespaces whose jobs use this quota. A namespace belongs to at most one "
+        "quota of a pool; jobs of namespaces in no quota may only borrow (nominal 0).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    nominal_gpus: int = Field(
+        alias="nominalGPUs",
+        ge=0,
+        le=1_000_000,
+        description="nominalGPUs is the GPUs of the pool the team is guaranteed: its jobs are "
+        "admitted up to this many GPUs in all, and may reclaim them from teams that borrow.",
+    )
+    borrowing_limit_gpus: Optional[int] = Field(
+        default=None,
+        alias="borrowingLimitGPUs",
+        ge=0,
+        le=1_000_000,
+        description="borrowingLimitGPUs caps the GPUs the team may use beyond nominalGPUs when "
+        "others leave theirs idle (0: no borrowing; empty: up to the pool's free GPUs). "
+        "Borrowed GPUs may be reclaimed by their owners' jobs.",
+    )
+
+
+class PoolPreemption(KubeModel):
+    """PoolPreemption says when a waiting TrainingJob may stop running ones to get GPUs.
+    Victims are chosen to lose the least work (the age of their last checkpoint times their
+    GPUs, then the lowest priority, then the newest), get SIGTERM with their grace period so
+    they checkpoint, restart from their checkpoint when room returns, and count as
+    preemptions (never as failures). A preemption never leads to the victim preempting back."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "self.withinQuota != 'Any'",
+        "message": "preemption.withinQuota is LowerPriority or Never",
+    }]})
+
+    within_quota: PreemptionPolicy = Field(
+        default=PreemptionPolicy.LOWER_PRIORITY,
+        description="withinQuota is LowerPriority (a job may preempt lower-priority jobs of its "
+        "own quota, or of the whole pool when the pool has no quotas) or Never. (Kueue: "
+        "withinClusterQueue.)",
+    )
+
+    @field_validator("within_quota")
+    @classmethod
+    def _no_any_within(cls, value: PreemptionPolicy) -> PreemptionPolicy:
+        if value == PreemptionPolicy.ANY:
+            raise ValueError("preemption.withinQuota is LowerPriority or Never")
+        return value
+    reclaim_quota: PreemptionPolicy = Field(
+        default=PreemptionPolicy.ANY,
+        description="reclaimQuota is Any (a job that stays within its nominal quota may preempt "
+        "jobs of any priority of quotas that borrow beyond theirs), LowerPriority (only "
+        "lower-priority ones) or Never. (Kueue: reclaimWithinCohort.)",
+    )
+
+
 class GPUPoolSpec(KubeModel):
     """GPUPoolSpec is the desired state of a GPUPool."""
 
@@ -123,6 +201,37 @@ class GPUPoolSpec(KubeModel):
         description="pricePerGPUHour is the price of one GPU-hour in the pool, in any currency "
         "unit, used to report job cost. Empty means no cost is reported.",
     )
+    quotas: list[GPUQuota] = Field(
+        default_factory=list,
+        max_length=256,
+        description="quotas split the pool's GPUs between teams (namespaces): each gets "
+        "nominalGPUs guaranteed and may borrow idle ones. Empty: no quotas, every job may use "
+        "the whole pool.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+    preemption: PoolPreemption = Field(
+        default_factory=PoolPreemption,
+        description="preemption says when a waiting job may preempt running ones in this pool.",
+        json_schema_extra=schema_default(PoolPreemption),
+    )
+
+    @field_validator("quotas")
+    @classmethod
+    def _one_quota_per_namespace(cls, quotas: list[GPUQuota]) -> list[GPUQuota]:
+        names = [q.name for q in quotas]
+        if len(names) != len(set(names)):
+            raise ValueError("quotas names must be unique")
+        seen: dict[str, str] = {}
+        for q in quotas:
+            for ns in q.namespaces:
+                if ns in seen:
+                    raise ValueError(f"namespace {ns} is in quotas {seen[ns]} and {q.name}: a namespace "
+                                     "belongs to at most one quota of a pool")
+                seen[ns] = q.name
+        return quotas
 
     @field_validator("topology_levels")
     @classmethod
@@ -208,6 +317,17 @@ class PoolWorkload(KubeModel):
     gpus: int = Field(default=0, ge=0, description="gpus is the number of GPUs it holds.")
 
 
+class QuotaUsage(KubeModel):
+    """QuotaUsage is what one team uses of its quota."""
+
+    name: str = Field(max_length=MAX_LABEL_LENGTH, description="name of the quota.")
+    nominal_gpus: int = Field(default=0, ge=0, alias="nominalGPUs", description="nominalGPUs from the spec.")
+    used_gpus: int = Field(default=0, ge=0, alias="usedGPUs",
+                           description="usedGPUs is the GPUs the team's workloads hold in the pool.")
+    borrowed_gpus: int = Field(default=0, ge=0, alias="borrowedGPUs",
+                               description="borrowedGPUs is usedGPUs beyond nominalGPUs (reclaimable).")
+
+
 class GPUPoolStatus(KubeModel):
     """GPUPoolStatus is the observed state of a GPUPool."""
 
@@ -248,6 +368,11 @@ class GPUPoolStatus(KubeModel):
         default_factory=list,
         max_length=4096,
         description="workloads are the jobs and services that hold GPUs in the pool.",
+    )
+    quotas: list[QuotaUsage] = Field(
+        default_factory=list,
+        max_length=257,
+        description="quotas is each team's use of its quota (and '*' for namespaces in none).",
     )
 
 

@@ -1,0 +1,239 @@
+"""GPU quotas and checkpoint-aware preemption, pure.
+
+The rules (Kueue's ClusterQueue quotas with the pool as their cohort, and its
+``withinClusterQueue`` / ``reclaimWithinCohort`` preemption):
+
+- A team (a quota entry of ``GPUPool.spec.quotas``; namespaces in none form the team ``*``
+  with nominal 0) is guaranteed ``nominalGPUs``. Beyond it, its jobs *borrow* idle GPUs, up to
+  ``borrowingLimitGPUs`` when set.
+- A waiting job that does not fit may preempt running TrainingJobs:
+  * of its own team with a lower priority (``withinQuota: LowerPriority``; a pool without
+    quotas is one team, so this is plain priority preemption);
+  * of other teams that borrow, whatever their priority (``reclaimQuota: Any``) or only lower
+    (``LowerPriority``), but only while the preemptor stays within its own nominal quota, and
+    only as long as the victim's team still borrows.
+- Victims are chosen to lose the least work: the age of their last checkpoint times their GPUs
+  (GPU-seconds since the last checkpoint, or since the gang started when it never reported
+  one), then the lowest priority, then the newest. The fewest needed are kept (Kueue prunes
+  its candidate list the same way).
+
+No cycle: a within-team victim has a lower priority than its preemptor, so it can never
+preempt it back within the team; a reclaimed victim's team was borrowing and still uses at
+least its nominal quota once the victim restarts, so it cannot reclaim from the preemptor,
+whose team stays within its nominal quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from kubeforge.admission._ledger import Ledger
+from kubeforge.admission._pools import PoolView
+from kubeforge.admission._snapshot import JobView
+from kubeforge.api import PreemptionPolicy
+from kubeforge.objects import Key, PoolRecord, condition_time, status_time
+from kubeforge.placement import GangRequest, Placement, place_gang
+
+UNLISTED = "*"
+"""The team of namespaces that are in no quota of a pool: nominal 0, borrowing only."""
+
+HIGHER_PRIORITY = "PreemptedByHigherPriority"
+QUOTA_RECLAIM = "QuotaReclaimed"
+
+
+@dataclass
+class QuotaBook:
+    """One pool's quotas and what each team uses now (updated as a round admits).
+
+    Attributes:
+        pool: The pool's name.
+        enabled: The pool has quotas.
+        nominal: Team -> nominalGPUs.
+        limit: Team -> borrowingLimitGPUs (None: unlimited).
+        team_of: Namespace -> team.
+        used: Team -> GPUs its workloads hold in the pool.
+        within_quota: The pool's ``preemption.withinQuota``.
+        reclaim: The pool's ``preemption.reclaimQuota``.
+    """
+
+    pool: str
+    enabled: bool = False
+    nominal: dict[str, int] = field(default_factory=dict)
+    limit: dict[str, int | None] = field(default_factory=dict)
+    team_of: dict[str, str] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    within_quota: PreemptionPolicy = PreemptionPolicy.LOWER_PRIORITY
+    reclaim: PreemptionPolicy = PreemptionPolicy.ANY
+
+    def team(self, namespace: str) -> str:
+        """The team of a namespace (``*`` when in no quota; every namespace is one team
+        when the pool has no quotas)."""
+        if not self.enabled:
+            return UNLISTED
+        return self.team_of.get(namespace, UNLISTED)
+
+    def borrowed(self, team: str, extra: int = 0) -> int:
+        """GPUs ``team`` uses beyond its nominal quota (with ``extra`` more)."""
+        if not self.enabled:
+            return 0
+        return max(0, self.used.get(team, 0) + extra - self.nominal.get(team, 0))
+
+    def refusal(self, namespace: str, gpus: int) -> str | None:
+        """Why ``gpus`` more GPUs for a job of ``namespace`` would break its team's borrowing
+        limit, or None."""
+        team = self.team(namespace)
+        limit = self.limit.get(team) if team != UNLISTED else None
+        over = self.borrowed(team, gpus)
+        if not self.enabled or limit is None or over <= limit:
+            return None
+        return (f"quota {team}: {gpus} more GPUs would make it use {self.used.get(team, 0) + gpus} of its "
+                f"{self.nominal.get(team, 0)} nominal + {limit} borrowing limit")
+
+    def usage(self) -> list[dict[str, int | str]]:
+        """``status.quotas`` of the pool."""
+        if not self.enabled:
+            return []
+        teams = list(self.nominal) + ([UNLISTED] if self.used.get(UNLISTED) else [])
+        return [{"name": t, "nominalGPUs": self.nominal.get(t, 0), "usedGPUs": self.used.get(t, 0),
+                 "borrowedGPUs": self.borrowed(t)} for t in teams]
+
+
+def quota_book(pool: PoolRecord, view: PoolView, ledger: Ledger) -> QuotaBook:
+    """The :class:`QuotaBook` of a pool: its quotas and the GPUs each team's workloads
+    (TrainingJobs, InferenceService replicas, any other pod of the namespace) hold on the pool's
+    nodes, from the ledger."""
+    book = QuotaBook(pool.name)
+    if pool.spec is None:
+        return book
+    book.within_quota = pool.spec.preemption.within_quota
+    book.reclaim = pool.spec.preemption.reclaim_quota
+    book.enabled = bool(pool.spec.quotas)
+    for q in pool.spec.quotas:
+        book.nominal[q.name] = q.nominal_gpus
+        book.limit[q.name] = q.borrowing_limit_gpus
+        for ns in q.namespaces:
+            book.team_of[ns] = q.name
+    names = {n.name for n in view.nodes}
+    for (_, ns, _), per_node in ledger.per_workload.items():
+        gpus = sum(g for n, g in per_node.items() if n in names)
+        if gpus:
+            team = book.team(ns)
+            book.used[team] = book.used.get(team, 0) + gpus
+    return book
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A running gang chosen for preemption.
+
+    Attributes:
+        key: The job.
+        reason: ``PreemptedByHigherPriority`` or ``QuotaReclaimed``.
+        lost_gpu_seconds: GPU-seconds of work since its last checkpoint (what it loses at
+            worst, if it cannot checkpoint in its grace period).
+        gpus_by_node: The GPUs it frees, per node.
+    """
+
+    key: Key
+    reason: str
+    lost_gpu_seconds: float
+    gpus_by_node: Mapping[str, int]
+
+
+def lost_work(job: JobView, now: float) -> float:
+    """GPU-seconds a running gang would lose if stopped now: the age of its last checkpoint
+    (``status.lastCheckpoint.time``; without one, the time since this placement was made)
+    times its GPUs."""
+    spec = job.record.spec
+    pl = job.placement
+    if spec is None or pl is None:
+        return 0.0
+    since = status_time(job.status.get("lastCheckpoint") or {}, "time")
+    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, "Admitted") or now
+    since = max(since or start, start)
+    return max(0.0, now - since) * len(pl.nodes) * spec.gpus_per_replica
+
+
+def _eligible(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
+              in_flight: frozenset[Key]) -> list[tuple[JobView, str]]:
+    spec = preemptor.record.spec
+    assert spec is not None
+    team = book.team(preemptor.record.namespace)
+    within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
+    out = []
+    for v in running:
+        vs = v.record.spec
+        if v.key == preemptor.key or v.key in in_flight or vs is None:
+            continue
+        vteam = book.team(v.record.namespace)
+        if vteam == team:
+            if book.within_quota == PreemptionPolicy.LOWER_PRIORITY and vs.priority < spec.priority:
+                out.append((v, HIGHER_PRIORITY))
+        elif within_nominal and book.reclaim != PreemptionPolicy.NEVER and book.borrowed(vteam) > 0:
+            if book.reclaim == PreemptionPolicy.ANY or vs.priority < spec.priority:
+                out.append((v, QUOTA_RECLAIM))
+    return out
+
+
+def _fits(request: GangRequest, view: PoolView, taken: Mapping[str, int], freed: Mapping[str, int]) -> Placement | None:
+    nodes = [replace(n, gpus_allocated=max(0, n.gpus_allocated - freed[n.name])) if freed.get(n.name) else n
+             for n in view.nodes]
+    result = place_gang(request, nodes, view.levels, taken)
+    return result if isinstance(result, Placement) else None
+
+
+def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, book: QuotaBook,
+                   running: Sequence[JobView], taken: Mapping[str, int], in_flight: frozenset[Key],
+                   now: float) -> tuple[list[Victim], Placement] | None:
+    """The fewest running gangs whose GPUs, once freed, let ``preemptor`` be placed, chosen to
+    lose the least work; None when the rules allow no such set.
+
+    Args:
+        preemptor: The waiting job.
+        request: Its gang request.
+        view: The pool, with the ledger's allocations.
+        book: The pool's quotas and usage.
+        running: Gangs holding a placement in this pool.
+        taken: GPUs per node already promised in this round (and nominated to others).
+        in_flight: Jobs already being preempted (never chosen twice).
+        now: Unix seconds.
+
+    Returns:
+        (victims in the order they were chosen, the placement the preemptor would get), or None.
+    """
+    gpus = request.gpus
+    candidates = _eligible(preemptor, gpus, book, running, in_flight)
+    if not candidates:
+        return None
+    free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
+    if free + sum(len(v.placement.nodes) * v.record.spec.gpus_per_replica for v, _ in candidates) < gpus:  # type: ignore[union-attr]
+        return None  # even every candidate would not make room
+    candidates.sort(key=lambda c: (lost_work(c[0], now), c[0].record.spec.priority, -c[0].record.created))  # type: ignore[union-attr]
+    used = dict(book.used)
+    chosen: list[Victim] = []
+    freed: dict[str, int] = {}
+    placement = None
+    for v, reason in candidates:
+        vteam = book.team(v.record.namespace)
+        if reason == QUOTA_RECLAIM and used.get(vteam, 0) <= book.nominal.get(vteam, 0):
+            continue  # that team no longer borrows: reclaim stops there
+        per = v.record.spec.gpus_per_replica  # type: ignore[union-attr]
+        by_node: dict[str, int] = {}
+        for n in v.placement.nodes:  # type: ignore[union-attr]
+            by_node[n] = by_node.get(n, 0) + per
+        chosen.append(Victim(v.key, reason, lost_work(v, now), by_node))
+        for n, g in by_node.items():
+            freed[n] = freed.get(n, 0) + g
+        used[vteam] = used.get(vteam, 0) - sum(by_node.values())
+        placement = _fits(request, view, taken, freed)
+        if placement is not None:
+            break
+    if placement is None:
+        return None
+    for victim in list(reversed(chosen[:-1])):  # keep the fewest: drop any the placement does not need
+        trial = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
+        if (p := _fits(request, view, taken, trial)) is not None:
+            chosen.remove(victim)
+            freed, placement = trial, p
+    return chosen, placement

@@ -1,0 +1,158 @@
+"""One admission round's working state: what is taken so far, each pool's quotas, the
+running gangs that could be preempted, and the decision for one gang."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from kubeforge.admission._ledger import Ledger
+from kubeforge.admission._pools import PoolView
+from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
+from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
+from kubeforge.objects import Key
+from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A gang admitted: ``placement`` in ``pool`` (rank i on ``placement.nodes[i]``)."""
+
+    key: Key
+    pool: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A gang that waits, and why (reason: CamelCase for the ``Admitted`` condition)."""
+
+    key: Key
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """A gang that preempts ``victims`` in ``pool`` and is nominated ``gpus_by_node`` there: it
+    waits (``Preempting``) until their GPUs are free, and nobody else gets them meanwhile."""
+
+    key: Key
+    pool: str
+    victims: tuple[Victim, ...]
+    gpus_by_node: Mapping[str, int]
+
+
+@dataclass
+class Round:
+    """The state one :func:`~kubeforge.admission.plan_admission` call threads through its
+    decisions, so that nothing is promised twice within the round."""
+
+    snapshot: Snapshot
+    now: float
+    ledgers: Mapping[str, Ledger]
+    views: Mapping[str, PoolView]
+    taken: dict[str, dict[str, int]] = field(default_factory=dict)
+    books: dict[str, QuotaBook] = field(default_factory=dict)
+    running: dict[str, list[JobView]] = field(default_factory=dict)
+    in_flight: set[Key] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.taken = {r: {} for r in self.ledgers}
+        for name, pool in self.snapshot.pools.items():
+            self.books[name] = quota_book(pool, self.views[name], self.ledgers[pool_resource(pool)])
+            self.running[name] = []
+        for job in self.snapshot.jobs.values():
+            pl = job.placement
+            if pl is not None and pl.pool in self.running and job.phase not in TERMINAL_JOB_PHASES:
+                self.running[pl.pool].append(job)
+        self.in_flight = set(self.snapshot.preempting)
+        for key, (pool, by_node) in self.snapshot.nominations.items():  # promised to preemptors
+            view = self.views.get(pool)
+            if view is not None:
+                self._add(view.resource, by_node)
+
+    def _add(self, resource: str, by_node: Mapping[str, int], sign: int = 1) -> None:
+        into = self.taken.setdefault(resource, {})
+        for n, g in by_node.items():
+            into[n] = into.get(n, 0) + sign * g
+
+    def preemption_signature(self, pool: str) -> tuple:
+        """What decides whether a gang could preempt in ``pool``: the lowest priority running
+        there and the teams that borrow (an :class:`AdmissionMemo` answer is stale when it moves)."""
+        prios = [j.record.spec.priority for j in self.running.get(pool, []) if j.record.spec is not None]
+        book = self.books.get(pool)
+        borrowing = frozenset(t for t in (book.used if book else {}) if book.borrowed(t) > 0) if book else frozenset()
+        return (min(prios, default=None), borrowing)
+
+    def place(self, job: JobView, request: GangRequest, pools: list[str], allowed: list[str]) -> Admit | Wait | Preempt:
+        """Place a gang in the first of its pools with room; else preempt in the first allowed
+        pool where the rules permit it (Kueue's TryNextFlavor: other pools are tried without
+        preempting first); else say why it waits."""
+        own = self.snapshot.nominations.get(job.key)
+        if own is not None and own[0] in self.views:
+            self._add(self.views[own[0]].resource, own[1], -1)  # its own nomination is its to use
+        try:
+            return self._place(job, request, pools, allowed)
+        finally:
+            if own is not None and own[0] in self.views:
+                self._add(self.views[own[0]].resource, own[1])
+
+    def _place(self, job: JobView, request: GangRequest, pools: list[str], allowed: list[str]) -> Admit | Wait | Preempt:
+        ns = job.record.namespace
+        notes: list[str] = []
+        permanent_everywhere = True
+        tried: list[str] = []
+        start = pools.index(allowed[0])
+        for i in range(start, len(pools)):
+            name = pools[i]
+            if name not in allowed and not permanent_everywhere:
+                break  # waits for fallbackAfterSeconds before trying the next pool
+            tried.append(name)
+            view = self.views.get(name)
+            if view is None:
+                notes.append(f"GPUPool {name!r} does not exist")
+                continue
+            refusal = self.books[name].refusal(ns, request.gpus)
+            if refusal:
+                permanent_everywhere = False
+                notes.append(f"pool {name}: {refusal}" if len(pools) > 1 else refusal)
+                continue
+            result = place_gang(request, view.nodes, view.levels, self.taken[view.resource])
+            if isinstance(result, Placement):
+                self._admit(job, name, result)
+                return Admit(job.key, name, result)
+            nofit: NoFit = result
+            permanent_everywhere = permanent_everywhere and nofit.permanent
+            notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
+        for name in tried:
+            pre = self._preempt(job, request, name)
+            if pre is not None:
+                return pre
+        if all(n.startswith("GPUPool ") for n in notes):
+            return Wait(job.key, "PoolNotFound", "; ".join(notes))
+        if any("quota " in n for n in notes) and not permanent_everywhere:
+            return Wait(job.key, "QuotaExceeded", "; ".join(notes))
+        reason = "Unschedulable" if permanent_everywhere and tried and tried[-1] == pools[-1] else "WaitingForCapacity"
+        return Wait(job.key, reason, "; ".join(notes))
+
+    def _admit(self, job: JobView, pool: str, placement: Placement) -> None:
+        view = self.views[pool]
+        self._add(view.resource, placement.gpus_by_node)
+        book = self.books[pool]
+        team = book.team(job.record.namespace)
+        book.used[team] = book.used.get(team, 0) + placement.gpus
+        self.running[pool].append(job)
+
+    def _preempt(self, job: JobView, request: GangRequest, pool: str) -> Preempt | None:
+        view, book = self.views.get(pool), self.books.get(pool)
+        if view is None or book is None or book.refusal(job.record.namespace, request.gpus):
+            return None
+        chosen = choose_victims(job, request, view, book, self.running[pool], self.taken[view.resource],
+                                frozenset(self.in_flight), self.now)
+        if chosen is None:
+            return None
+        victims, placement = chosen
+        self.in_flight.update(v.key for v in victims)
+        self._add(view.resource, placement.gpus_by_node)  # nominated: nobody else takes them this round
+        return Preempt(job.key, pool, tuple(victims), dict(placement.gpus_by_node))
