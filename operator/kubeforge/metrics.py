@@ -27,6 +27,11 @@ ADMISSION_ROUND_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 LEADER = Gauge("kubeforge_leader", "1 while this operator process holds the leader Lease, else 0.")
+PREEMPTIONS = Counter("kubeforge_preemptions_total", "Gangs preempted by admission, by reason (PreemptedByHigherPriority, QuotaReclaimed).", ["reason"])
+PREEMPTION_LOST_GPU_HOURS = Counter(
+    "kubeforge_preemption_lost_gpu_hours_total",
+    "GPU-hours of work since their last checkpoint held by gangs when admission preempted them (an upper bound of what they lose).",
+)
 STARTUP_FAILURES = Counter("kubeforge_startup_failures_total", "Gangs stopped because they failed to start, by reason.", ["reason"])
 
 

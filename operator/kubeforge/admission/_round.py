@@ -90,13 +90,19 @@ class Round:
         pool where the rules permit it (Kueue's TryNextFlavor: other pools are tried without
         preempting first); else say why it waits."""
         own = self.snapshot.nominations.get(job.key)
-        if own is not None and own[0] in self.views:
-            self._add(self.views[own[0]].resource, own[1], -1)  # its own nomination is its to use
-        try:
+        if own is None or own[0] not in self.views:
             return self._place(job, request, pools, allowed)
-        finally:
-            if own is not None and own[0] in self.views:
-                self._add(self.views[own[0]].resource, own[1])
+        pool, by_node = own
+        view = self.views[pool]
+        self._add(view.resource, by_node, -1)  # its own nomination is its to use
+        result = place_gang(request, view.nodes, view.levels, self.taken[view.resource])
+        if isinstance(result, Placement):
+            self._admit(job, pool, result)
+            return Admit(job.key, pool, result)
+        self._add(view.resource, by_node)
+        # Its victims still hold their GPUs (checkpointing in their grace period): wait for
+        # them, never pick more.
+        return Wait(job.key, "Preempting", f"waiting for the GPUs of the jobs it preempted in pool {pool} to be freed")
 
     def _place(self, job: JobView, request: GangRequest, pools: list[str], allowed: list[str]) -> Admit | Wait | Preempt:
         ns = job.record.namespace

@@ -17,7 +17,7 @@ def _counts(c: GpuCounts) -> dict[str, int]:
             "free": c.free, "unavailable": c.unavailable}
 
 
-def pool_status(view: PoolView, ledger: Ledger, now: float) -> dict[str, Any]:
+def pool_status(view: PoolView, ledger: Ledger, now: float, quotas: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``.status`` of one GPUPool: nodes, GPUs (in total, spot and on-demand, per topology
     domain), the workloads holding GPUs on its nodes, the effective topology levels and the
     ``Ready`` condition (True when at least one node is usable).
@@ -26,6 +26,7 @@ def pool_status(view: PoolView, ledger: Ledger, now: float) -> dict[str, Any]:
         view: The pool, its nodes carrying the ledger's allocations.
         ledger: The ledger of the pool's GPU resource (for the workloads).
         now: Unix seconds (condition transition times).
+        quotas: Each team's use of its quota (:meth:`QuotaBook.usage`), when the pool has quotas.
     """
     s = summarize_pool(view.nodes, view.levels)
     rec = view.record
@@ -53,4 +54,5 @@ def pool_status(view: PoolView, ledger: Ledger, now: float) -> dict[str, Any]:
         "onDemandGPUs": _counts(s.gpus_on_demand),
         "domains": [{"level": d.level, "name": d.name, "nodes": d.nodes, "gpus": _counts(d.gpus)} for d in s.domains],
         "workloads": workloads[:MAX_WORKLOADS],
+        "quotas": list(quotas or []),
     }

@@ -45,5 +45,5 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
             plan.wrote_wait = True
             if not same:
                 d.condition("Ready", False, "NotAdmitted", "waiting for admission")
-                plan.events.append(("Warning", reason, message))
+                plan.events.append(("Normal" if reason == "Preempting" else "Warning", reason, message))
     return True

@@ -12,7 +12,9 @@ A disruption restarts the whole gang from its last checkpoint, counted in
   attempt before it deletes pods, so its own deletions never count);
 - once the gang ran, a rank whose pod is gone;
 - a node of the placement that :func:`kubeforge.objects.interruption_reason` says is lost:
-  an interruption taint, gone, NotReady past the grace period.
+  an interruption taint, gone, NotReady past the grace period;
+- admission chose the gang as a victim for a higher-priority job or to reclaim quota
+  (:mod:`kubeforge.admission`): the condition's reason says which.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ def disruption_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, 
     """Restart the gang as a preemption when it is disrupted (unless every worker already
     succeeded); past ``maxPreemptions`` the job is Failed (``PreemptionLimitExceeded``)."""
     reasons = disruption_reasons(d, ctx, current, plan)
+    why = "Preempted"
+    if ctx.preempted_by is not None and d.placement is not None:
+        why, message = ctx.preempted_by
+        reasons = [message] + reasons
     done = len(current) == d.spec.replicas and all(p.phase == "Succeeded" for p in current)
     if not reasons or done:
         return False
@@ -75,7 +81,7 @@ def disruption_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, 
         d.condition("Ready", False, "Failed", why)
         stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", why))
         return True
-    d.condition("Preempted", True, "Preempted", msg)
+    d.condition("Preempted", True, why, msg)
     d.condition("Running", False, "Preempted", "gang stopped to checkpoint and move")
     d.condition("Ready", False, "Preempted", "gang stopped to checkpoint and move")
     d.condition("Admitted", False, "Preempted", "waiting to be placed again away from the lost nodes")

@@ -67,6 +67,8 @@ class TrainingContext:
         spec_hash: :func:`kubeforge.builders.training.spec_hash` of the current spec.
         not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
         schedule_timeout: See :data:`SCHEDULE_TIMEOUT`.
+        preempted_by: ``(reason, message)`` when admission chose this running gang as a victim
+            (``PreemptedByHigherPriority`` or ``QuotaReclaimed``), else None.
         claim_wait: Why the gang's pods are not created yet although placed (its checkpoint
             claim is not bound and its StorageClass binds immediately: pods created now would
             only sit in kube-scheduler's backoff), or None to create them.
@@ -84,6 +86,7 @@ class TrainingContext:
     not_ready_grace: float = DEFAULT_NOT_READY_GRACE
     schedule_timeout: float = SCHEDULE_TIMEOUT
     claim_wait: str | None = None
+    preempted_by: tuple[str, str] | None = None
 
 
 @dataclass

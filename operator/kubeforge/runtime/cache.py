@@ -12,6 +12,8 @@
   (the Job controller's expectations).
 - Create errors and waiting reasons, handed from where they are seen to the job's reconcile.
 - Each InferenceService's autoscaler memory (``serving``).
+- Preemptions in flight: GPUs nominated to a preemptor until its victims are gone, and each
+  victim's pending stop (its reconcile writes it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ EXPECTATION_TTL = 60.0
 """Seconds an expectation (a create or delete not yet seen in the index) is trusted."""
 ASSUME_TTL = 120.0
 """Seconds an assumed placement may wait for its status write before it is dropped."""
+NOMINATION_TTL = 600.0
+"""Seconds GPUs stay promised to a preemptor while its victims checkpoint and stop; then it
+may preempt again (a victim whose pods never go away must not hold it forever)."""
 
 
 def _rv(value: str | None) -> int | None:
@@ -64,6 +69,8 @@ class Cache:
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     assumed_pods: dict[Key, tuple[str, float]] = field(default_factory=dict)
     serving: dict[Key, Any] = field(default_factory=dict)
+    nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
+    preempt_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
 
     # --- indexes ---------------------------------------------------------------------------------
@@ -205,7 +212,7 @@ class Cache:
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
         for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
-                     self.waiting, self.last_wait_write, self.serving):
+                     self.waiting, self.last_wait_write, self.serving, self.nominations, self.preempt_requests):
             book.pop(key, None)  # type: ignore[attr-defined]
 
     # --- the admission snapshot ---------------------------------------------------------------------
@@ -243,5 +250,8 @@ class Cache:
             jobs={rec.key: self.job_view(rec) for rec in self.jobs()},
             services={k: v for k, v in self._all("kf_services")},  # type: ignore[misc]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
+            nominations={k: (pool, by_node) for k, (pool, by_node, at) in self.nominations.items()
+                         if time.monotonic() - at < NOMINATION_TTL},
+            preempting=frozenset(self.preempt_requests),
             claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
         )

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from kubeforge import metrics
-from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view
+from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view, quota_book
 from kubeforge.builders.common import conditions_equal
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
@@ -60,7 +60,7 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         if res not in ledgers:
             ledgers[res] = build_ledger(snap, res)
         view = pool_view(pool, snap.nodes, ledgers[res].per_node)
-        st = pool_status(view, ledgers[res], now)
+        st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})

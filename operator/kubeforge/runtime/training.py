@@ -47,6 +47,8 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
     pods = rt.cache.job_pods(key)
     placement = placement_of(job.status)
     assumed = None if placement else rt.cache.assumed_for(key)
+    if placement is None:
+        rt.cache.preempt_requests.pop(key, None)  # nothing left to preempt
     held = placement or assumed
     names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
     nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
@@ -57,6 +59,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
         waiting=rt.cache.waiting.get(key), last_wait_write=rt.cache.last_wait_write.get(key, 0.0),
         pool_prices=prices, create_error=rt.cache.create_errors.get(key),
         spec_hash=spec_hash(job) if job.spec is not None else "",
+        preempted_by=(rt.cache.preempt_requests[key][:2] if key in rt.cache.preempt_requests else None),
     )
 
 
@@ -136,6 +139,8 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
         rt.cache.last_wait_write[key] = now
     if "attempt" in patch or "placement" in patch:
         rt.cache.create_errors.pop(key, None)
+    if "attempt" in patch:
+        rt.cache.preempt_requests.pop(key, None)  # the stop is on record
     return True
 
 
