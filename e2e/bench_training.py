@@ -1084,7 +1084,12 @@ def main() -> int:
                     st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
                     return int((st.get("gpus") or {}).get("allocatable") or 0) == capacity
 
-                wait_until(pool_ready, 120, f"GPUPool {POOL} status to show {capacity} GPUs")
+                if not wait_until(pool_ready, 120, f"GPUPool {POOL} status to show {capacity} GPUs"):
+                    st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
+                    extra["pool_not_ready"] = (f"the GPUPool status did not show {capacity} allocatable GPUs within "
+                                               f"120 s (it showed gpus={st.get('gpus')}, nodes={st.get('nodes')}); "
+                                               f"submitted anyway")
+                    say(extra["pool_not_ready"])
                 extra["operator_ready_s"] = time.monotonic() - t
                 make_namespace(c, api, ns)
 
@@ -1225,6 +1230,8 @@ def report(results: dict, costs: dict, extra: dict, jobs: list[Job], req_gpus: i
               f"still gated {extra.get('gated_pods')}, ungated but unbound {extra.get('pending_ungated')}; "
               f"PVCs (created, bound): {extra.get('pvcs')}; operator CPU during the phase "
               f"{extra.get('operator_cpu_s', float('nan')):.1f}s")
+        if extra.get("pool_not_ready"):
+            print(f"  kubeforge: {extra['pool_not_ready']}")
         print(f"  kubeforge: Admitted conditions at end: {extra.get('reasons')}")
         a, b = extra.get("create_to_admitted") or [], extra.get("admitted_to_pods") or []
         print(f"  kubeforge: where the time goes (API server timestamps, 1 s resolution): TrainingJob created -> "
