@@ -36,5 +36,18 @@ STARTUP_FAILURES = Counter("kubeforge_startup_failures_total", "Gangs stopped be
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Expose /metrics on ``addr:port`` in a background thread."""
+    """Expose /metrics on ``addr:port`` in a background thread. Labelled series whose label
+    values are known in advance start at 0, so dashboards and alerts see them before the
+    first event (Prometheus' advice for counters with labels)."""
+    for kind in ("trainingjobs", "inferenceservices"):
+        for result in ("success", "error"):
+            RECONCILES.labels(kind=kind, result=result)
+        RECONCILE_SECONDS.labels(kind=kind)
+    for direction in ("up", "down", "hold"):
+        AUTOSCALER_DECISIONS.labels(direction=direction)
+    for reason in ("PreemptedByHigherPriority", "QuotaReclaimed"):
+        PREEMPTIONS.labels(reason=reason)
+    for reason in ("StartupTimeout", "PlacementLost", "CreateFailed", "Unschedulable", "VolumeNotBound"):
+        STARTUP_FAILURES.labels(reason=reason)
+    LEADER.set(0)
     start_http_server(port, addr=addr)

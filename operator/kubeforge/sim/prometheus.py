@@ -140,8 +140,10 @@ class Prometheus:
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is ``http://127.0.0.1:<port>``.
     """
 
-    def __init__(self, targets: list[str], port: int | None = None, scrape_interval: str = "1s", binary: str | None = None):
+    def __init__(self, targets: list[str], port: int | None = None, scrape_interval: str = "1s", binary: str | None = None,
+                 job: str = "kubeforge-modelserver"):
         self.targets = list(targets)
+        self.job = job
         self.port = port or _free_port()
         self.scrape_interval = scrape_interval
         self.binary = binary or ensure_prometheus()
@@ -165,7 +167,7 @@ class Prometheus:
         if self.running:
             return self
         cfg = self.dir / "prometheus.yml"
-        cfg.write_text(render_config(self.targets, self.scrape_interval))
+        cfg.write_text(render_config(self.targets, self.scrape_interval, self.job))
         (self.dir / "data").mkdir(exist_ok=True)
         log = open(self.dir / "prometheus.log", "ab")
         self.proc = subprocess.Popen(
