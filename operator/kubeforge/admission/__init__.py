@@ -11,8 +11,8 @@ from kubeforge.admission._plan import (
     BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, Serve, Wait, awaiting_admission, candidate_pools,
     first_pool_index, gang_request, plan_admission, queued_since,
 )
-from kubeforge.admission._pools import PoolView, pool_members, pool_view
-from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, quota_book
+from kubeforge.admission._pools import PoolView, placeable, pool_members, pool_view
+from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, preemption_message, quota_book
 from kubeforge.admission._round import Preempt
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
@@ -20,10 +20,10 @@ from kubeforge.admission._snapshot import (
 )
 
 __all__ = [
-    "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work",
+    "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
     "quota_book",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "Serve", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",
-    "pool_capacity_type", "pool_members", "pool_resource", "pool_status", "pool_view", "queued_since",
+    "placeable", "pool_capacity_type", "pool_members", "pool_resource", "pool_status", "pool_view", "queued_since",
 ]

@@ -73,3 +73,19 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
         source = "Detected"
     price = pool.spec.price_per_gpu_hour if pool.spec else None
     return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price)
+
+
+def placeable(view: PoolView, held: Mapping[str, int], gpus_per_replica: int, current: int, unplaced: int = 0) -> int:
+    """Replicas of ``gpus_per_replica`` GPUs the pool can hold in total now: ``current`` plus
+    whole replicas that fit in the free GPUs of its usable nodes, less ``unplaced`` (replicas
+    asked for and not bound yet: their GPUs do not show as held, yet they will take them).
+
+    Args:
+        view: The pool.
+        held: GPUs held per node (the ledger after the last admission round).
+        gpus_per_replica: GPUs one replica needs (>= 1).
+        current: Replicas the service has now.
+        unplaced: Replicas asked for and not yet given a node.
+    """
+    extra = sum(max(0, n.gpus_allocatable - held.get(n.name, 0)) // gpus_per_replica for n in view.nodes if n.usable)
+    return current + max(0, extra - unplaced)

@@ -141,6 +141,13 @@ class Victim:
     gpus_by_node: Mapping[str, int]
 
 
+def preemption_message(preemptor: Key, priority: int, victim: Victim) -> str:
+    """The Preempted condition's message: who preempted the victim, why, and the work at risk."""
+    why = "a higher-priority job" if victim.reason == HIGHER_PRIORITY else "its team's nominal quota"
+    return (f"preempted by {preemptor[0]}/{preemptor[1]} (priority {priority}) to make room for {why}; it loses "
+            f"at most {victim.lost_gpu_seconds / 3600:.2f} GPU-hours since its last checkpoint")
+
+
 def lost_work(job: JobView, now: float) -> float:
     """GPU-seconds a running gang would lose if stopped now: the age of its last checkpoint
     (``status.lastCheckpoint.time``; without one, the time since this placement was made)

@@ -26,6 +26,7 @@ from ._core import (
     TolerationOperator,
     find_condition,
 )
+from ._quota import GPUQuota, PoolPreemption, PreemptionPolicy, QuotaUsage
 from ._gpupool import (
     DEFAULT_GPU_RESOURCE_NAME,
     CapacityType,
@@ -34,13 +35,9 @@ from ._gpupool import (
     GPUPool,
     GPUPoolSpec,
     GPUPoolStatus,
-    GPUQuota,
     LevelSource,
     NodeCounts,
-    PoolPreemption,
     PoolWorkload,
-    PreemptionPolicy,
-    QuotaUsage,
     TopologyDomain,
     TopologyLevel,
 )
@@ -72,15 +69,17 @@ from ._trainingjob import (
     Checkpoint,
     DeletionPolicy,
     FailurePolicy,
+    TrainingJob,
+    TrainingJobSpec,
+    TrainingTopology,
+)
+from ._trainingjob_status import (
     LastCheckpoint,
     Placement,
     ReplicaCounts,
     RestartCounts,
-    TrainingJob,
     TrainingJobPhase,
-    TrainingJobSpec,
     TrainingJobStatus,
-    TrainingTopology,
 )
 from ._workload import TopologyMode
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -19,6 +19,7 @@ from ._base import (
     schema_default,
 )
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
+from ._quota import GPUQuota, PoolPreemption, QuotaUsage
 
 DEFAULT_GPU_RESOURCE_NAME = "nvidia.com/gpu"
 
@@ -66,84 +67,6 @@ class EffectiveTopologyLevel(TopologyLevel):
         default=LevelSource.SPEC,
         description="source says where the level came from: Spec (spec.topologyLevels) or "
         "Detected (well-known node labels).",
-    )
-
-
-class PreemptionPolicy(str, Enum):
-    """PreemptionPolicy says which running jobs a waiting job may preempt."""
-
-    NEVER = "Never"
-    LOWER_PRIORITY = "LowerPriority"
-    ANY = "Any"
-
-
-class GPUQuota(KubeModel):
-    """GPUQuota is one team's share of the pool (Kueue's ClusterQueue quota, with the pool as
-    its cohort): the GPUs its namespaces are guaranteed, and how many more they may borrow
-    while other teams leave theirs idle. Borrowed GPUs can be reclaimed: a job of a team still
-    within its nominal quota may preempt jobs of teams that borrow (see spec.preemption)."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_LABEL_LENGTH,
-        pattern=DNS_LABEL_PATTERN,
-        description="name of the quota (a team), unique in the pool.",
-    )
-    namespaces: list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_LENGTH, pattern=DNS_LABEL_PATTERN)]] = Field(
-        min_length=1,
-        max_length=64,
-        description="namespaces whose jobs use this quota. A namespace belongs to at most one "
-        "quota of a pool; jobs of namespaces in no quota may only borrow (nominal 0).",
-        json_schema_extra={"x-kubernetes-list-type": "set"},
-    )
-    nominal_gpus: int = Field(
-        alias="nominalGPUs",
-        ge=0,
-        le=1_000_000,
-        description="nominalGPUs is the GPUs of the pool the team is guaranteed: its jobs are "
-        "admitted up to this many GPUs in all, and may reclaim them from teams that borrow.",
-    )
-    borrowing_limit_gpus: Optional[int] = Field(
-        default=None,
-        alias="borrowingLimitGPUs",
-        ge=0,
-        le=1_000_000,
-        description="borrowingLimitGPUs caps the GPUs the team may use beyond nominalGPUs when "
-        "others leave theirs idle (0: no borrowing; empty: up to the pool's free GPUs). "
-        "Borrowed GPUs may be reclaimed by their owners' jobs.",
-    )
-
-
-class PoolPreemption(KubeModel):
-    """PoolPreemption says when a waiting TrainingJob may stop running ones to get GPUs.
-    Victims are chosen to lose the least work (the age of their last checkpoint times their
-    GPUs, then the lowest priority, then the newest), get SIGTERM with their grace period so
-    they checkpoint, restart from their checkpoint when room returns, and count as
-    preemptions (never as failures). A preemption never leads to the victim preempting back."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
-        "rule": "self.withinQuota != 'Any'",
-        "message": "preemption.withinQuota is LowerPriority or Never",
-    }]})
-
-    within_quota: PreemptionPolicy = Field(
-        default=PreemptionPolicy.LOWER_PRIORITY,
-        description="withinQuota is LowerPriority (a job may preempt lower-priority jobs of its "
-        "own quota, or of the whole pool when the pool has no quotas) or Never. (Kueue: "
-        "withinClusterQueue.)",
-    )
-
-    @field_validator("within_quota")
-    @classmethod
-    def _no_any_within(cls, value: PreemptionPolicy) -> PreemptionPolicy:
-        if value == PreemptionPolicy.ANY:
-            raise ValueError("preemption.withinQuota is LowerPriority or Never")
-        return value
-    reclaim_quota: PreemptionPolicy = Field(
-        default=PreemptionPolicy.ANY,
-        description="reclaimQuota is Any (a job that stays within its nominal quota may preempt "
-        "jobs of any priority of quotas that borrow beyond theirs), LowerPriority (only "
-        "lower-priority ones) or Never. (Kueue: reclaimWithinCohort.)",
     )
 
 
@@ -315,17 +238,6 @@ class PoolWorkload(KubeModel):
     )
     name: str = Field(max_length=MAX_NAME_LENGTH, description="name of the workload.")
     gpus: int = Field(default=0, ge=0, description="gpus is the number of GPUs it holds.")
-
-
-class QuotaUsage(KubeModel):
-    """QuotaUsage is what one team uses of its quota."""
-
-    name: str = Field(max_length=MAX_LABEL_LENGTH, description="name of the quota.")
-    nominal_gpus: int = Field(default=0, ge=0, alias="nominalGPUs", description="nominalGPUs from the spec.")
-    used_gpus: int = Field(default=0, ge=0, alias="usedGPUs",
-                           description="usedGPUs is the GPUs the team's workloads hold in the pool.")
-    borrowed_gpus: int = Field(default=0, ge=0, alias="borrowedGPUs",
-                               description="borrowedGPUs is usedGPUs beyond nominalGPUs (reclaimable).")
 
 
 class GPUPoolStatus(KubeModel):

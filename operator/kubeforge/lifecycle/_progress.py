@@ -6,7 +6,30 @@ from typing import Sequence
 
 from kubeforge.lifecycle._accounting import maybe_fold
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.objects import GANG_GATE, Pod, condition
+from kubeforge.objects import GANG_GATE, Pod, TrainingJobRecord, condition
+
+
+def claim_wait(job: TrainingJobRecord, claim: tuple[str, str] | None, binding_mode: str | None) -> str | None:
+    """Why a placed gang's pods wait for its checkpoint claim, or None to create them.
+
+    Only the job's own claim is waited for, only while it is not Bound and its StorageClass
+    binds immediately: with WaitForFirstConsumer the claim binds *because* a pod exists, and a
+    user's ``existingClaimName`` is left to kube-scheduler.
+
+    Args:
+        job: The job.
+        claim: ``(phase, storageClassName)`` of its claim ``<job>-checkpoint``, None if absent.
+        binding_mode: ``volumeBindingMode`` of that StorageClass, None if unknown.
+    """
+    if job.spec is None or job.spec.checkpoint.existing_claim_name:
+        return None
+    name = f"{job.name}-checkpoint"
+    if claim is None:
+        return f"checkpoint claim {name} not created yet"
+    phase, _ = claim
+    if phase == "Bound" or binding_mode == "WaitForFirstConsumer":
+        return None
+    return f"checkpoint claim {name} is {phase}, waiting for it to bind"
 
 
 def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> None:

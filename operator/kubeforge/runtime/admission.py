@@ -17,7 +17,7 @@ import logging
 import time
 
 from kubeforge import metrics
-from kubeforge.admission import HIGHER_PRIORITY, AdmissionPlan, plan_admission
+from kubeforge.admission import AdmissionPlan, plan_admission, preemption_message
 from kubeforge.builders.inference import release_patch
 from kubeforge.objects import PlacementRecord
 from kubeforge.runtime.state import Runtime
@@ -83,10 +83,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
         by = cache.job(p.key)
         prio = by.spec.priority if by is not None and by.spec is not None else 0
         for v in p.victims:
-            why = "a higher-priority job" if v.reason == HIGHER_PRIORITY else "its team's nominal quota"
-            message = (f"preempted by {p.key[0]}/{p.key[1]} (priority {prio}) to make room for {why}; it loses at "
-                       f"most {v.lost_gpu_seconds / 3600:.2f} GPU-hours since its last checkpoint")
-            cache.preempt_requests[v.key] = (v.reason, message, v.lost_gpu_seconds)
+            cache.preempt_requests[v.key] = (v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
             metrics.PREEMPTIONS.labels(reason=v.reason).inc()
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
             rt.queue_job(v.key)

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from kubeforge import metrics
-from kubeforge.admission import PoolView
+from kubeforge.admission import PoolView, placeable
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
 from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query, url_allowed
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
@@ -62,19 +62,12 @@ def query_for(rec: InferenceServiceRecord) -> str:
     return render_query(template, rec.namespace, rec.name)
 
 
-def placeable(rt: Runtime, view: PoolView | None, gpus_per_replica: int, current: int, unplaced: int = 0) -> int | None:
-    """Replicas the pool can hold in total now: ``current`` plus whole replicas that fit in the
-    free GPUs of usable nodes (after every admission of the last round), less ``unplaced``
-    (asked for, not yet bound: their GPUs do not show as held yet). None without a view."""
+def _placeable(rt: Runtime, view: PoolView | None, gpus: int, current: int, unplaced: int = 0) -> int | None:
     if view is None:
         return None
-    held = rt.cache.ledgers.get(view.resource)
-    extra = 0
-    for n in view.nodes:
-        if n.usable:
-            used = held.per_node.get(n.name, 0) if held is not None else n.gpus_allocated
-            extra += max(0, n.gpus_allocatable - used) // gpus_per_replica
-    return current + max(0, extra - unplaced)
+    led = rt.cache.ledgers.get(view.resource)
+    held = led.per_node if led is not None else {n.name: n.gpus_allocated for n in view.nodes}
+    return placeable(view, held, gpus, current, unplaced)
 
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
@@ -138,7 +131,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         if mem.deployment_made_at is not None and now - mem.deployment_made_at < 30:
             return 1.0  # created a moment ago; the index has not shown it yet
         first = spec.min_replicas
-        cap = placeable(rt, view, gpus, 0)
+        cap = _placeable(rt, view, gpus, 0)
         if cap is not None:
             first = min(first, cap)
         await rt.client.create("Deployment", ns, build_deployment(rec, replicas=first, template=template))
@@ -164,7 +157,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     pods = [p for p in cache.service_pods(key) if not p.deleting]
     bound = sum(1 for p in pods if p.where and not p.terminal)
     policy = AutoscalingPolicy.from_spec(spec)
-    d = decide(policy, mem.autoscaler, current, q.value, now, placeable(rt, view, gpus, current, unplaced=max(0, current - bound)))
+    d = decide(policy, mem.autoscaler, current, q.value, now, _placeable(rt, view, gpus, current, unplaced=max(0, current - bound)))
     mem.autoscaler = d.state
     metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
     patch: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from kubeforge import metrics
 from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
-from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, plan_training
+from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
 from kubeforge.objects import Key, TrainingJobRecord, current_attempt, placement_of
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
@@ -64,19 +64,8 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
 
 
 def _claim_wait(rt: Runtime, job: TrainingJobRecord) -> str | None:
-    """Why the pods wait for the checkpoint claim, or None: only our own claim, only while
-    it is not Bound and its StorageClass binds immediately (with WaitForFirstConsumer the
-    claim binds because a pod exists; a user's existingClaimName is left to kube-scheduler)."""
-    if job.spec is None or job.spec.checkpoint.existing_claim_name:
-        return None
-    name = pvc_name(job.name)
-    claim = rt.cache.claim((job.namespace, name))
-    if claim is None:
-        return f"checkpoint claim {name} not created yet"
-    phase, storage_class = claim
-    if phase == "Bound" or rt.cache.binding_mode(storage_class) == "WaitForFirstConsumer":
-        return None
-    return f"checkpoint claim {name} is {phase}, waiting for it to bind"
+    claim = rt.cache.claim((job.namespace, pvc_name(job.name)))
+    return claim_wait(job, claim, rt.cache.binding_mode(claim[1]) if claim else None)
 
 
 async def reconcile_job(rt: Runtime, key: Key) -> float | None:
