@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
 from kubeforge.objects import Node, PoolRecord
-from kubeforge.placement import NodeInfo, TopologyLevel, detect_levels, node_info
+from kubeforge.placement import NodeInfo, TopologyLevel, detect_levels, node_info, with_paths
 from kubeforge.selectors import selector_matches
 
 
@@ -71,6 +71,7 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     else:
         levels = tuple(detect_levels(infos))
         source = "Detected"
+    infos = tuple(with_paths(infos, levels))
     price = pool.spec.price_per_gpu_hour if pool.spec else None
     return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price)
 

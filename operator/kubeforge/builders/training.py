@@ -72,15 +72,27 @@ def job_labels(job_name: str) -> dict[str, str]:
     return {MANAGED_BY: MANAGER, JOB_NAME: job_name}
 
 
+_HASHES: dict[tuple[str, int], str] = {}
+
+
 def spec_hash(job: TrainingJobRecord) -> str:
     """A short hash of what a gang's pods are made from: replicas, gpusPerReplica, topology,
     pools and the template. A placement remembers it (``status.placement.specHash``); when
-    the spec no longer matches, the gang restarts with the new spec."""
+    the spec no longer matches, the gang restarts with the new spec. Computed once per
+    (uid, generation): the spec only changes with the generation."""
     spec = job.spec
     assert spec is not None
+    key = (job.uid, job.generation)
+    if job.uid and key in _HASHES:
+        return _HASHES[key]
     data = spec.model_dump(mode="json", by_alias=True,
                            include={"replicas", "gpus_per_replica", "topology", "pools", "template"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    if job.uid:
+        if len(_HASHES) > 50_000:
+            _HASHES.clear()
+        _HASHES[key] = digest
+    return digest
 
 
 def build_workers_service(namespace: str) -> dict[str, Any]:

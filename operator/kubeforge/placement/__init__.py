@@ -44,7 +44,7 @@ from ._summary import (
     PoolSummary,
     summarize_pool,
 )
-from ._topology import WELL_KNOWN_LEVELS, detect_levels
+from ._topology import WELL_KNOWN_LEVELS, detect_levels, with_paths
 
 __all__ = [
     "DEFAULT_MAX_DOMAINS_PER_LEVEL",
@@ -76,4 +76,5 @@ __all__ = [
     "place_gang",
     "queue_order",
     "summarize_pool",
+    "with_paths",
 ]

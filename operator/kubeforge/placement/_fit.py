@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from ._model import GangRequest, NodeInfo, NoFit, Placement, Result, TopologyLevel
 from ._topology import check_levels, domain_path, find_level, group_by_domain, level_names
@@ -11,9 +10,9 @@ from ._topology import check_levels, domain_path, find_level, group_by_domain, l
 _EMPTY: Mapping[str, int] = {}
 
 
-@dataclass(frozen=True)
-class _Cand:
-    """A usable node with its free GPUs after reservations and whole-replica slots."""
+class _Cand(NamedTuple):
+    """A usable node with its free GPUs after reservations and whole-replica slots (a plain
+    tuple: thousands are made per admission round)."""
 
     node: NodeInfo
     free: int
@@ -35,11 +34,18 @@ def _candidates(
     reserved: Mapping[str, int],
 ) -> list[_Cand]:
     cands = []
+    g = request.gpus_per_replica
+    key = tuple(levels)
+    avoid = request.avoid_nodes
+    tolerations = request.tolerations
     for node in nodes:
-        if node.name in request.avoid_nodes or not node.usable_for(request.tolerations):
+        if (avoid and node.name in avoid) or not node.usable_for(tolerations):
             continue
-        free = max(0, node.gpus_free - max(0, reserved.get(node.name, 0)))
-        cands.append(_Cand(node, free, free // request.gpus_per_replica, domain_path(node, levels)))
+        free = node.gpus_allocatable - node.gpus_allocated - max(0, reserved.get(node.name, 0))
+        free = free if free > 0 else 0
+        cached = node.path
+        path = cached[1] if cached is not None and cached[0] == key else domain_path(node, levels)
+        cands.append(_Cand(node, free, free // g, path))
     return cands
 
 
@@ -70,34 +76,50 @@ def _greedy(cands: Sequence[_Cand], replicas: int, gpus: int) -> Choice | None:
     return choice
 
 
+Best = tuple[tuple[int, int, str], str, Choice, int]
+"""A fitting domain: (rank key, domain, choice, domain free GPUs); the key is (free GPUs left
+in the domain, nodes touched, domain name)."""
+
+
 def _best_domain(
     cands: Sequence[_Cand],
     level: TopologyLevel,
     narrower: Sequence[TopologyLevel],
     replicas: int,
     gpus: int,
-) -> tuple[list[tuple[tuple[int, int, str], str, Choice, int]], dict[str, int]]:
-    """Fitting domains of ``level`` ranked best first, and every domain's slot count.
+) -> tuple[Best | None, int, dict[str, int]]:
+    """The best fitting domain of ``level`` (None when none fits), how many fit, and every
+    domain's slot count.
 
-    Each fitting entry is ``(rank key, domain, choice, domain free GPUs)`` where the key is
-    (free GPUs left in the domain, nodes touched, domain name).
+    A domain fits exactly when its nodes have ``replicas`` slots in all (the greedy choice
+    inside it then always succeeds), so nodes are chosen only for the domains that tie for the
+    fewest GPUs left over: the rest cannot win on the rank key.
     """
-    fitting = []
     slots: dict[str, int] = {}
+    free: dict[str, int] = {}
     groups: dict[str, list[_Cand]] = {}
+    label = level.node_label
     for cand in cands:
-        value = cand.node.labels.get(level.node_label)
+        value = cand.node.labels.get(label)
         if value is not None:
             groups.setdefault(value, []).append(cand)
-    for name, sub in groups.items():
-        slots[name] = sum(c.slots for c in sub)
-        choice = _place_within(sub, narrower, replicas, gpus)
-        if choice is not None:
-            free = sum(c.free for c in sub)
-            key = (free - replicas * gpus, len(choice), name)
-            fitting.append((key, name, choice, free))
-    fitting.sort(key=lambda f: f[0])
-    return fitting, slots
+            slots[value] = slots.get(value, 0) + cand.slots
+            free[value] = free.get(value, 0) + cand.free
+    need = replicas * gpus
+    fit = [name for name, n in slots.items() if n >= replicas]
+    if not fit:
+        return None, 0, slots
+    least = min(free[name] - need for name in fit)
+    best: Best | None = None
+    for name in fit:
+        if free[name] - need != least:
+            continue
+        choice = _place_within(groups[name], narrower, replicas, gpus)
+        assert choice is not None  # enough slots: the greedy choice always succeeds
+        entry = ((least, len(choice), name), name, choice, free[name])
+        if best is None or entry[0] < best[0]:
+            best = entry
+    return best, len(fit), slots
 
 
 def _place_within(
@@ -105,15 +127,15 @@ def _place_within(
 ) -> Choice | None:
     """Choose nodes among ``cands``, inside one domain of the narrowest level that fits."""
     for level in narrower:
-        fitting, _ = _best_domain(cands, level, (), replicas, gpus)
-        if fitting:
-            return fitting[0][2]
+        best, _, _ = _best_domain(cands, level, (), replicas, gpus)
+        if best is not None:
+            return best[2]
     return _greedy(cands, replicas, gpus)
 
 
 def _ranked(choice: Choice, cands: Sequence[_Cand]) -> tuple[str, ...]:
     """Node names, one per replica, ordered by (topology path, node name)."""
-    path = {c.name: c.path for c in cands}
+    path = {c.node.name: c.path for c in cands if c.node.name in choice}
     order = sorted(choice, key=lambda n: (path[n], n))
     return tuple(n for n in order for _ in range(choice[n]))
 
@@ -147,12 +169,12 @@ def _others(count: int) -> str:
     return f"{count} other {'domain fits' if count == 1 else 'domains fit'}"
 
 
-def _domain_reason(level: str, fitting: list, request: GangRequest) -> str:
-    _, name, choice, free = fitting[0]
+def _domain_reason(level: str, best: Best, n_fitting: int, request: GangRequest) -> str:
+    _, name, choice, free = best
     left = free - request.gpus
     return (
         f"best fit: {level} domain {name} leaves {left} of its {free} free GPUs "
-        f"({_others(len(fitting) - 1)}); {request.replicas} x {request.gpus_per_replica} GPUs "
+        f"({_others(n_fitting - 1)}); {request.replicas} x {request.gpus_per_replica} GPUs "
         f"on {_plural(len(choice), 'node')}"
     )
 
@@ -346,12 +368,12 @@ def place_gang(
                 permanent=True,
             )
         level = levels[index]
-        fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
-        if not fitting:
+        best, n_fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
+        if best is None:
             return _level_nofit(request, nodes, level, slots)
         return _placement(
-            fitting[0][2], cands, request, level.name, fitting[0][1],
-            _domain_reason(level.name, fitting, request),
+            best[2], cands, request, level.name, best[1],
+            _domain_reason(level.name, best, n_fitting, request),
         )
 
     # Preferred.
@@ -364,14 +386,14 @@ def place_gang(
     missed: list[str] = []
     for i in range(start, len(levels)):
         level = levels[i]
-        fitting, slots = _best_domain(cands, level, levels[:i], request.replicas, g)
-        if fitting:
+        best, n_fitting, slots = _best_domain(cands, level, levels[:i], request.replicas, g)
+        if best is not None:
             lead = prefix
             if missed:
                 lead += f"no {' or '.join(missed)} domain fits; "
             return _placement(
-                fitting[0][2], cands, request, level.name, fitting[0][1],
-                lead + _domain_reason(level.name, fitting, request),
+                best[2], cands, request, level.name, best[1],
+                lead + _domain_reason(level.name, best, n_fitting, request),
             )
         missed.append(level.name)
     tried = f" (no single {' or '.join(missed)} domain fits)" if missed else ""

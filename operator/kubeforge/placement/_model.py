@@ -70,6 +70,9 @@ class NodeInfo:
             whose own tolerations tolerate them all may still use the node.
         capacity_type: ``"spot"`` / ``"on-demand"`` when the pool fixes it
             (``spec.capacityType``); None: detected from the labels.
+        path: ``(levels, domain path)`` computed once for a pool's levels (see
+            :func:`~kubeforge.placement.with_paths`), so placement does not recompute it for
+            every gang; ignored when the levels differ.
 
     Raises:
         ValueError: If a GPU count is negative or not an int, or ``name`` is empty.
@@ -86,6 +89,7 @@ class NodeInfo:
     cordoned: bool = False
     taints: tuple[Taint, ...] = ()
     capacity_type: str | None = None
+    path: tuple | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -149,3 +149,13 @@ def find_level(levels: Sequence[TopologyLevel], name: str) -> int | None:
             return i
     return None
 
+
+
+def with_paths(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel]) -> list[NodeInfo]:
+    """``nodes`` carrying their :func:`domain_path` for ``levels`` (computed once per pool and
+    round instead of once per node and gang). The path is a cache: it is set on the given
+    objects in place (they are the pool view's own, made for this round)."""
+    key = tuple(levels)
+    for n in nodes:
+        object.__setattr__(n, "path", (key, domain_path(n, levels)))
+    return list(nodes)
