@@ -460,7 +460,8 @@ def log_digest(lines: list[str]) -> dict:
                     exc.append(nxt)
                     break
     return {"log_lines": len(lines), "log_errors": len(bad), "log_warnings": sum(1 for ln in lines if "WARNING" in ln),
-            "log_samples": (exc + [b for b in bad if not b.startswith("Traceback")])[:6]}
+            "log_samples": (exc + [b for b in bad if not b.startswith("Traceback")])[:6]
+            + [w for w in lines if "WARNING" in w][:2]}
 
 
 # --- API calls: the API server's counter and the operator's ------------------------------------
