@@ -29,6 +29,10 @@ class JobView:
     record: TrainingJobRecord
     status: Mapping[str, Any]
     assumed: PlacementRecord | None = None
+    held: PlacementRecord | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "held", placement_of(self.status) or self.assumed)
 
     @property
     def key(self) -> Key:
@@ -36,8 +40,9 @@ class JobView:
 
     @property
     def placement(self) -> PlacementRecord | None:
-        """The placement that holds GPUs: the one in status, else the assumed one."""
-        return placement_of(self.status) or self.assumed
+        """The placement that holds GPUs: the one in status, else the assumed one (worked out
+        once: every round reads it for every job)."""
+        return self.held
 
     @property
     def attempt(self) -> int:

@@ -28,7 +28,7 @@ log = logging.getLogger("kubeforge.admission")
 ROUND_INTERVAL = 1.0
 """Seconds: a round runs at least this often (a safety net for wake-ups kopf cannot give,
 such as a pod deleted with no grace period)."""
-DEBOUNCE = 0.02
+DEBOUNCE = 0.05
 """Seconds a round waits after the first wake-up for the rest of a burst."""
 
 

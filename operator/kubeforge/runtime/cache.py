@@ -72,6 +72,7 @@ class Cache:
     nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
     preempt_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
+    _views: dict[Key, JobView] = field(default_factory=dict)
 
     # --- indexes ---------------------------------------------------------------------------------
 
@@ -212,15 +213,23 @@ class Cache:
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
         for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
-                     self.waiting, self.last_wait_write, self.serving, self.nominations, self.preempt_requests):
+                     self.waiting, self.last_wait_write, self.serving, self.nominations, self.preempt_requests,
+                     self._views):
             book.pop(key, None)  # type: ignore[attr-defined]
 
     # --- the admission snapshot ---------------------------------------------------------------------
 
     def job_view(self, rec: TrainingJobRecord) -> JobView:
+        """The job as admission sees it; reused while neither the index's record, our own last
+        write nor the assumed placement changed (every round asks for every job)."""
         eff = self.effective(rec.key, rec)
         assumed = None if placement_of(eff.status) else self.assumed_for(rec.key)
-        return JobView(eff, eff.status, assumed)
+        hit = self._views.get(rec.key)
+        if hit is not None and hit.record is eff and hit.assumed is assumed:
+            return hit
+        view = JobView(eff, eff.status, assumed)
+        self._views[rec.key] = view
+        return view
 
     def snapshot_gated(self) -> list[Pod]:
         """Serving replicas still behind the admission gate, as the index shows them."""
@@ -243,11 +252,13 @@ class Cache:
         for key, p in gated.items():
             a = self.assumed_pods.get(key)
             pods.append(replace(p, assigned=a[0], gates=()) if a else p)
+        jobs = {rec.key: self.job_view(rec) for rec in self.jobs()}
+        self._views = dict(jobs)  # drop the views of jobs that are gone
         return Snapshot(
             pools=self.pools(),
             nodes={k: v for k, v in self._all("kf_nodes")},  # type: ignore[misc]
             pods=pods,
-            jobs={rec.key: self.job_view(rec) for rec in self.jobs()},
+            jobs=jobs,
             services={k: v for k, v in self._all("kf_services")},  # type: ignore[misc]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
             nominations={k: (pool, by_node) for k, (pool, by_node, at) in self.nominations.items()
