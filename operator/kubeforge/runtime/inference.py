@@ -127,6 +127,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         mem.service_made = True
     dep = cache.deployment(key)
     gpus = spec.gpus_per_replica
+    rollout: list[dict[str, Any]] = []  # JSON-patch ops of a template change, written with the scale
     if dep is None:
         if mem.deployment_made_at is not None and now - mem.deployment_made_at < 30:
             return 1.0  # created a moment ago; the index has not shown it yet
@@ -141,11 +142,10 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     else:
         current, ready, total = dep.replicas, dep.ready, dep.current
         if dep.template_hash != thash:
-            await rt.client.patch("Deployment", ns, name, [
+            rollout = [
                 {"op": "replace", "path": "/spec/template", "value": template},
                 {"op": "add", "path": "/metadata/annotations/kubeforge.io~1template-hash", "value": thash},
-            ], patch_type="json")
-            rt.event(KIND, rec, "Normal", "Updated", "pod template changed: rolling out one replica at a time (maxSurge 0)", now)
+            ]
 
     a = spec.autoscaling
     if not url_allowed(a.prometheus_url, rt.options.prometheus_allow):
@@ -161,8 +161,17 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     mem.autoscaler = d.state
     metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
     patch: dict[str, Any] = {}
-    if d.desired != current:
+    if rollout:
+        # The new template and the new replica count go in ONE write. Written apart (template,
+        # then replicas a moment later), a maxSurge-0 rollout can wedge forever in the
+        # Deployment controller: kubernetes/kubernetes#102551 (fix proposed in #138036).
+        if d.desired != current:
+            rollout.append({"op": "replace", "path": "/spec/replicas", "value": d.desired})
+        await rt.client.patch("Deployment", ns, name, rollout, patch_type="json")
+        rt.event(KIND, rec, "Normal", "Updated", "pod template changed: rolling out one replica at a time (maxSurge 0)", now)
+    elif d.desired != current:
         await rt.client.patch("Deployment", ns, name, {"spec": {"replicas": d.desired}}, sub="scale")
+    if d.desired != current:
         patch["lastScaleTime"] = rfc3339(now)
         patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
         rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
