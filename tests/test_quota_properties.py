@@ -137,3 +137,18 @@ def test_quotas_and_preemption_rules_hold(nominal_a, nominal_b, limit_a, limit_b
             nxt = plan_admission(snapshot([pool], nodes, jobs=after + [again]), NOW + 1)
             for p2 in nxt.preempt:
                 assert wj.key not in {x.key for x in p2.victims}, f"{v.key} would preempt its preemptor back"
+
+
+def test_a_job_admitted_in_the_same_round_can_be_reclaimed_from_without_a_crash():
+    """Regression: a borrowing job admitted earlier in a round is a victim candidate for a later
+    job of the lender's team; its view must carry the placement it was just given (it had none,
+    and choose_victims raised AttributeError, failing the whole admission round)."""
+    pool = pool_record(8, 8, None, None, "LowerPriority", "Any")
+    nodes = [mk_node(f"n{i}", 8) for i in range(2)]
+    borrower = mk_job("big", ns="a", replicas=2, gpus=8, priority=5, created=NOW - 20)
+    lender = mk_job("mine", ns="b", replicas=1, gpus=8, priority=0, created=NOW - 10)
+    plan = plan_admission(snapshot([pool], nodes, jobs=[borrower, lender]), NOW)
+    assert [a.key for a in plan.admit] == [borrower.key]
+    for pre in plan.preempt:  # reclaiming its nominal quota from the borrower is allowed
+        assert pre.key == lender.key and [v.key for v in pre.victims] == [borrower.key]
+        assert all(v.reason == QUOTA_RECLAIM for v in pre.victims)

@@ -10,7 +10,7 @@ from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
 from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
-from kubeforge.objects import Key
+from kubeforge.objects import Key, PlacementRecord
 from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
 
 
@@ -148,7 +148,8 @@ class Round:
         book = self.books[pool]
         team = book.team(job.record.namespace)
         book.used[team] = book.used.get(team, 0) + placement.gpus
-        self.running[pool].append(job)
+        held = PlacementRecord(pool, placement.nodes, placement.level, placement.domain, placement.reason)
+        self.running[pool].append(JobView(job.record, job.status, held))  # a victim candidate from now on
 
     def _preempt(self, job: JobView, request: GangRequest, pool: str) -> Preempt | None:
         view, book = self.views.get(pool), self.books.get(pool)
