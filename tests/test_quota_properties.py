@@ -139,16 +139,31 @@ def test_quotas_and_preemption_rules_hold(nominal_a, nominal_b, limit_a, limit_b
                 assert wj.key not in {x.key for x in p2.victims}, f"{v.key} would preempt its preemptor back"
 
 
-def test_a_job_admitted_in_the_same_round_can_be_reclaimed_from_without_a_crash():
-    """Regression: a borrowing job admitted earlier in a round is a victim candidate for a later
-    job of the lender's team; its view must carry the placement it was just given (it had none,
-    and choose_victims raised AttributeError, failing the whole admission round)."""
+def test_a_job_admitted_in_a_round_is_never_a_victim_in_the_same_round():
+    """Regression: a job admitted earlier in a round was a victim candidate for a later job of
+    the round (without the placement it was just given: choose_victims raised AttributeError
+    and the whole round was lost). It is never a victim in the round that admitted it: the
+    later job waits, and preempts next round if the rules still allow it."""
     pool = pool_record(8, 8, None, None, "LowerPriority", "Any")
     nodes = [mk_node(f"n{i}", 8) for i in range(2)]
-    borrower = mk_job("big", ns="a", replicas=2, gpus=8, priority=5, created=NOW - 20)
-    lender = mk_job("mine", ns="b", replicas=1, gpus=8, priority=0, created=NOW - 10)
-    plan = plan_admission(snapshot([pool], nodes, jobs=[borrower, lender]), NOW)
-    assert [a.key for a in plan.admit] == [borrower.key]
-    for pre in plan.preempt:  # reclaiming its nominal quota from the borrower is allowed
-        assert pre.key == lender.key and [v.key for v in pre.victims] == [borrower.key]
-        assert all(v.reason == QUOTA_RECLAIM for v in pre.victims)
+    small = mk_job("small", ns="a", replicas=1, gpus=8, priority=0, created=NOW - 20)  # within nominal
+    big = mk_job("big", ns="a", replicas=2, gpus=8, priority=5, created=NOW - 10)  # would borrow
+    plan = plan_admission(snapshot([pool], nodes, jobs=[small, big]), NOW)
+    assert [a.key for a in plan.admit] == [small.key]
+    assert not plan.preempt
+    assert [w.key for w in plan.wait] == [big.key]
+
+
+def test_gangs_within_nominal_quota_go_before_borrowers_of_higher_priority():
+    """Kueue's order: a gang that fits within its team's nominal quota is admitted before a
+    higher-priority gang of another team that would borrow; served first, the borrower would be
+    the first thing the other team reclaims (a preemption for nothing)."""
+    pool = pool_record(8, 8, None, None, "LowerPriority", "Any")
+    nodes = [mk_node(f"n{i}", 8) for i in range(2)]
+    running = mk_job("r", ns="a", replicas=1, gpus=8, priority=9, created=NOW - 100,
+                     status={"phase": "Running", "attempt": 0, "placement": placed("p", ("n0",), admitted_at=NOW - 90)})
+    borrower = mk_job("more", ns="a", replicas=1, gpus=8, priority=9, created=NOW - 20)
+    own = mk_job("own", ns="b", replicas=1, gpus=8, priority=0, created=NOW - 10)
+    plan = plan_admission(snapshot([pool], nodes, jobs=[running, borrower, own]), NOW)
+    assert [a.key for a in plan.admit] == [own.key]
+    assert not plan.preempt and [w.key for w in plan.wait] == [borrower.key]

@@ -85,6 +85,14 @@ class Round:
         borrowing = frozenset(t for t in (book.used if book else {}) if book.borrowed(t) > 0) if book else frozenset()
         return (min(prios, default=None), borrowing)
 
+    def borrows(self, job: JobView, gpus: int) -> bool:
+        """Whether admitting ``gpus`` for ``job`` in its first pool would make its team borrow
+        (as the round starts). Kueue's scheduler orders entries that fit within nominal quota
+        first (``entryOrdering`` in kueue/pkg/scheduler/scheduler.go)."""
+        spec = job.record.spec
+        book = self.books.get(spec.pools[0]) if spec is not None and spec.pools else None
+        return book is not None and book.borrowed(book.team(job.record.namespace), gpus) > 0
+
     def place(self, job: JobView, request: GangRequest, pools: list[str], allowed: list[str]) -> Admit | Wait | Preempt:
         """Place a gang in the first of its pools with room; else preempt in the first allowed
         pool where the rules permit it (Kueue's TryNextFlavor: other pools are tried without
@@ -149,7 +157,8 @@ class Round:
         team = book.team(job.record.namespace)
         book.used[team] = book.used.get(team, 0) + placement.gpus
         held = PlacementRecord(pool, placement.nodes, placement.level, placement.domain, placement.reason)
-        self.running[pool].append(JobView(job.record, job.status, held))  # a victim candidate from now on
+        self.running[pool].append(JobView(job.record, job.status, held))
+        self.in_flight.add(job.key)  # never a victim in the round that admitted it
 
     def _preempt(self, job: JobView, request: GangRequest, pool: str) -> Preempt | None:
         view, book = self.views.get(pool), self.books.get(pool)

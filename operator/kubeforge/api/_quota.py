@@ -58,7 +58,8 @@ class GPUQuota(KubeModel):
 class PoolPreemption(KubeModel):
     """PoolPreemption says when a waiting TrainingJob may stop running ones to get GPUs.
     Victims are chosen to lose the least work (the age of their last checkpoint times their
-    GPUs, then the lowest priority, then the newest), get SIGTERM with their grace period so
+    GPUs; taken cheapest GPUs first, i.e. the freshest checkpoint, then the lowest priority,
+    then the newest), get SIGTERM with their grace period so
     they checkpoint, restart from their checkpoint when room returns, and count as
     preemptions (never as failures). A preemption never leads to the victim preempting back."""
 
