@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-autoscaling image
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -67,3 +67,8 @@ bench-memory: setup tools
 
 bench-autoscaling: setup tools system-deps
 	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
+
+# Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
+# through the pure admission core (no cluster), beside Kueue's victim order.
+bench-preemption: setup
+	$(BIN)/python e2e/bench_preemption.py $(BENCH_ARGS)
