@@ -155,6 +155,20 @@ def test_assuming_again_restarts_the_clock(clock):
     assert c.assumed_for(KEY).nodes == ("n3", "n4")
 
 
+def test_an_assumed_placement_never_expires_while_its_status_write_is_in_flight(clock):
+    # The reconcile read the assumption just before ASSUME_TTL and is writing it: dropped now,
+    # its GPUs would look free to the next admission round (two gangs on the same GPUs).
+    c = Cache()
+    c.assume(KEY, PL)
+    clock.t += ASSUME_TTL - 0.1
+    assert c.assumed_for(KEY) == PL
+    c.writing.add(KEY)
+    clock.t += 30
+    assert c.assumed_for(KEY) == PL
+    c.writing.discard(KEY)
+    assert c.assumed_for(KEY) is None
+
+
 def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_without_one(clock):
     c = Cache()
     c.assume(KEY, PL)

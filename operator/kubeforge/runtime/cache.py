@@ -32,7 +32,9 @@ from kubeforge.objects import (
 EXPECTATION_TTL = 60.0
 """Seconds an expectation (a create or delete not yet seen in the index) is trusted."""
 ASSUME_TTL = 120.0
-"""Seconds an assumed placement may wait for its status write before it is dropped."""
+"""Seconds an assumed placement may wait for its status write before it is dropped. Never
+while that write is in flight (:attr:`Cache.writing`): dropped then, its GPUs would look free
+to the next admission round while the write puts the placement on record anyway."""
 NOMINATION_TTL = 600.0
 """Seconds GPUs stay promised to a preemptor while its victims checkpoint and stop; then it
 may preempt again (a victim whose pods never go away must not hold it forever)."""
@@ -59,6 +61,7 @@ class Cache:
     indexes: Any = None
     overlay: dict[Hashable, _Overlay] = field(default_factory=dict)
     assumed: dict[Key, tuple[PlacementRecord, float]] = field(default_factory=dict)
+    writing: set[Key] = field(default_factory=set)
     created: dict[Key, dict[str, float]] = field(default_factory=dict)
     deleted: dict[Key, dict[str, float]] = field(default_factory=dict)
     create_errors: dict[Key, CreateError] = field(default_factory=dict)
@@ -191,7 +194,7 @@ class Cache:
         entry = self.assumed.get(key)
         if entry is None:
             return None
-        if time.monotonic() - entry[1] > ASSUME_TTL:
+        if key not in self.writing and time.monotonic() - entry[1] > ASSUME_TTL:
             self.assumed.pop(key, None)
             return None
         return entry[0]

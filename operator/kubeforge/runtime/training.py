@@ -111,6 +111,7 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
         return True
     patch = dict(plan.status)
     patch["observedGeneration"] = job.generation
+    rt.cache.writing.add(key)  # the assumed placement must not expire while it is being written
     try:
         written = await rt.client.patch_status(KIND, key[0], key[1], patch, resource_version=job.resource_version)
     except ApiError as e:
@@ -120,7 +121,13 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
             log.error("trainingjob %s/%s: status write refused: %s", key[0], key[1], e)
             rt.cache.assumed.pop(key, None)
             return False
+        if patch.get("placement") and key in rt.cache.assumed:
+            # No answer: the placement may be on record already. Hold its GPUs for another
+            # ASSUME_TTL, until the retry or the index says.
+            rt.cache.assume(key, rt.cache.assumed[key][0])
         raise
+    finally:
+        rt.cache.writing.discard(key)
     rt.cache.remember(key, written)
     if plan.forget_assumed:
         rt.cache.assumed.pop(key, None)
