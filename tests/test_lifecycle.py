@@ -30,6 +30,11 @@ def test_not_admitted_creates_nothing_and_stays_pending():
     assert (p.status or {}).get("phase", "Pending") == "Pending"
 
 
+def test_a_new_job_gets_no_status_write_before_admission_decides():
+    # The first write of a gang is its placement (or why it waits), not phase Pending alone.
+    assert plan(job(status={})).status is None
+
+
 @pytest.mark.parametrize("phase", ["Running", "Pending"])
 def test_not_admitted_phase_becomes_pending(phase):
     # A job whose placement was dropped (e.g. by hand) waits for admission again.

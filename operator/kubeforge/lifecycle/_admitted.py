@@ -30,6 +30,11 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
         plan.events.append(("Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}"))
         plan.forget_assumed = True
         return False
+    if not d.old and ctx.waiting is None:
+        # A new job admission has not decided on yet: its decision (a placement, or why it
+        # waits) queues this job again within a round and is written with phase Pending then.
+        # Writing phase Pending alone now would cost every gang one more status write.
+        return True
     if d.get("phase") not in ("Pending", "Restarting"):
         d.set(phase="Pending")
     not_before = d.time("restartNotBefore")
