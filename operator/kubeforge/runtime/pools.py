@@ -65,6 +65,9 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})
         if not same_status(st, prev):
+            # Until the write is answered, compare with what the index shows: a write that timed
+            # out may still have been applied, and ``last`` would then hide a later change back.
+            last.pop(name, None)
             rt.cache.remember(name, await rt.client.patch_status("GPUPool", None, name, st))
             last[name] = st
     for gone in set(last) - set(snap.pools):
