@@ -911,7 +911,9 @@ def print_cost(name: str, cost: Cost, s: dict, pods_by: str, per_admitted: bool 
 def apply_fleet(c: Cluster, api, fleet, ready_timeout: float = 300) -> list[dict]:
     """Create the fleet's Nodes: one server-side apply, then a status patch per node (client).
 
-    Waits (at most ``ready_timeout`` s) for kwok to mark every node Ready with its GPUs.
+    Waits (at most ``ready_timeout`` s, or half a second per node if longer) for kwok to mark
+    every node Ready with its GPUs and for kube-controller-manager to lift the not-ready taint
+    that every new Node gets.
     """
     from kubernetes import client
 
@@ -929,16 +931,33 @@ def apply_fleet(c: Cluster, api, fleet, ready_timeout: float = 300) -> list[dict
         list(pool.map(patch, nodes))
     names = {n["metadata"]["name"] for n in nodes}
 
+    # kube-apiserver's TaintNodesByCondition admission plugin gives every new Node the taint
+    # node.kubernetes.io/not-ready:NoSchedule; kube-controller-manager's node lifecycle
+    # controller removes it after kwok reports the node Ready, a few nodes per second (at
+    # 1,024 nodes on 2 CPUs, minutes after every node is Ready). Until then kube-scheduler
+    # (and kubeforge, whose pool status counts the node's GPUs as unavailable) place nothing
+    # there: a node is usable once Ready *and* free of that taint.
+    startup_taints = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    state = {"tainted": 0}
+
     def ready() -> bool:
         items = json.loads(core.list_node(_preload_content=False, _request_timeout=60).data)["items"]
-        ok = 0
+        ok = tainted = 0
         for it in items:
-            if it["metadata"]["name"] in names and it["status"].get("allocatable", {}).get(GPU) and any(
+            if it["metadata"]["name"] not in names:
+                continue
+            if any(t.get("key") in startup_taints for t in it["spec"].get("taints") or []):
+                tainted += 1
+            elif it["status"].get("allocatable", {}).get(GPU) and any(
                     x["type"] == "Ready" and x["status"] == "True" for x in it["status"].get("conditions") or []):
                 ok += 1
+        state["tainted"] = tainted
         return ok == len(names)
 
-    wait_until(ready, ready_timeout, f"{len(names)} kwok nodes Ready with GPUs", 2.0)
+    what = f"{len(names)} kwok nodes Ready with GPUs and without the not-ready taint"
+    if not wait_until(ready, max(ready_timeout, len(names) / 2), what, 2.0):
+        say(f"fleet: {state['tainted']} of {len(names)} nodes still carry the not-ready/unreachable taint "
+            f"after {max(ready_timeout, len(names) / 2):.0f}s (kube-controller-manager removes it)")
     return nodes
 
 
