@@ -590,8 +590,8 @@ def test_resume_with_pod_killed_by_suspend_is_not_a_failure():
     assert (p.status or {}).get("phase") not in ("Restarting", "Failed")
 
 
-@pytest.mark.parametrize("running_for,folded", [(30, False), (60, True), (3600, True)])
-def test_running_job_folds_gpu_hours_at_most_once_a_minute(running_for, folded):
+@pytest.mark.parametrize("running_for,folded", [(30, False), (599, False), (600, True), (3600, True)])
+def test_running_job_folds_gpu_hours_at_most_every_ten_minutes(running_for, folded):
     # Cost now accumulates per segment (see test_preemption_closes_the_running_segment...):
     # the 1.0 GPU-hour already on record cost 2.0.
     st = admitted(2, phase="Running", startTime=rfc3339(NOW - running_for),

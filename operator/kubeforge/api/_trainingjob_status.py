@@ -145,7 +145,9 @@ class TrainingJobStatus(KubeModel):
         default=None, description="completionTime is when the job succeeded or failed."
     )
     gpu_hours: float = Field(
-        default=0.0, ge=0, description="gpuHours is the GPU time the job has used, in hours."
+        default=0.0, ge=0, description="gpuHours is the GPU time the job has used, in hours, "
+        "brought up to date every 10 minutes while it runs and when a run ends (add "
+        "(now - runningSince) x GPUs for the figure of this moment)."
     )
     cost: Optional[float] = Field(
         default=None,
