@@ -608,6 +608,10 @@ def plain_pods(job: Job, ns: str) -> list[dict]:
     } for r in range(job.replicas)]
 
 
+SHARED_CLAIM = "bench-checkpoint"
+"""The one checkpoint PVC of ``--claims shared``."""
+
+
 def training_job(job: Job, ns: str, mode: str, level: str | None, claim: str | None = None) -> dict:
     """The kubeforge phase's TrainingJob for ``job`` (``claim``: an existing checkpoint PVC)."""
     topo: dict = {"mode": mode}
@@ -1011,6 +1015,10 @@ def main() -> int:
     ap.add_argument("--operator-src", default=os.environ.get("KUBEFORGE_OPERATOR_SRC"),
                     help="drive the kubeforge code (operator, CRDs, sim) of this source tree instead of the working "
                          "tree, e.g. an export of a commit: git archive HEAD operator crds hack | tar -x -C DIR")
+    ap.add_argument("--claims", default="per-job", choices=["per-job", "shared"],
+                    help="per-job: each TrainingJob gets its own checkpoint PVC (the default); shared: every job "
+                         "mounts one existing PVC (checkpoint.existingClaimName), like for like with the baseline's "
+                         "plain pods, which mount none")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -1047,6 +1055,7 @@ def main() -> int:
     print("mix (replicas x GPUs: jobs): " + ", ".join(f"{k}: {v}" for k, v in sorted(mix.items(), key=lambda kv: (int(kv[0].split('x')[1]), int(kv[0].split('x')[0])))))
     print(f"phases: {', '.join(phases)}; kubeforge jobs: topology {args.topology_mode}"
           + (f" at {args.topology_level}" if args.topology_mode != "None" else "")
+          + ("; checkpoint PVC per job" if args.claims == "per-job" else f"; one shared checkpoint PVC ({SHARED_CLAIM})")
           + f"; per phase: at most {args.phase_timeout:.0f}s, ends {args.settle:.0f}s after the last "
           + ("admission (kubeforge, --admission-only) / bind" if args.admission_only else "bind")
           + f"; submit with {args.submit_workers} threads; cluster {args.cluster}; machine: {os.cpu_count()} CPUs, "
@@ -1112,10 +1121,19 @@ def main() -> int:
                     say(extra["pool_not_ready"])
                 extra["operator_ready_s"] = time.monotonic() - t
                 make_namespace(c, api, ns)
+                claim = None
+                if args.claims == "shared":  # like-for-like with the baseline: no PVC per job
+                    claim = SHARED_CLAIM
+                    c.kubectl("apply", "-f", "-", input=json.dumps({
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": ns},
+                        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+                    }))
+                    wait_until(lambda: json.loads(core.read_namespaced_persistent_volume_claim(
+                        claim, ns, _preload_content=False).data)["status"].get("phase") == "Bound", 60, f"PVC {claim} to bind")
 
                 def submit(job: Job, ns=ns) -> None:
                     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs",
-                                                           training_job(job, ns, args.topology_mode, args.topology_level),
+                                                           training_job(job, ns, args.topology_mode, args.topology_level, claim),
                                                            _preload_content=False)
 
                 say(f"kubeforge: creating {len(jobs)} TrainingJobs")
