@@ -14,7 +14,7 @@ import pytest
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import PlacementRecord, Record
 from kubeforge.runtime import cache as cache_mod
-from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, Cache
+from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, SERVICE_RECHECK, Cache
 
 KEY = ("ns", "job")
 OTHER = ("ns", "other")
@@ -234,3 +234,15 @@ def test_without_indexes_the_cache_reads_nothing():
     c = Cache()
     assert c.job(KEY) is None and c.job_pods(KEY) == [] and list(c.jobs()) == [] and c.pools() == {}
     assert c.view("h100") is None
+
+
+def test_the_workers_service_is_taken_as_present_for_a_while_then_checked_again(clock):
+    # No watch of Services: once made, concurrent gangs of the namespace do not each create it
+    # (409s), and one deleted by hand is created again by a gang after SERVICE_RECHECK.
+    c = Cache()
+    assert not c.workers_service_made("ns")
+    c.services_made["ns"] = clock.t
+    clock.t += SERVICE_RECHECK - 1
+    assert c.workers_service_made("ns") and not c.workers_service_made("other")
+    clock.t += 2
+    assert not c.workers_service_made("ns")

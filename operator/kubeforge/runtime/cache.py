@@ -35,6 +35,10 @@ ASSUME_TTL = 120.0
 """Seconds an assumed placement may wait for its status write before it is dropped. Never
 while that write is in flight (:attr:`Cache.writing`): dropped then, its GPUs would look free
 to the next admission round while the write puts the placement on record anyway."""
+SERVICE_RECHECK = 600.0
+"""Seconds the namespace's shared workers Service is taken as present once created (there is
+no watch of Services): after that the next gang creates it again, so one deleted by hand
+comes back (a 409 when it is still there)."""
 NOMINATION_TTL = 600.0
 """Seconds GPUs stay promised to a preemptor while its victims checkpoint and stop; then it
 may preempt again (a victim whose pods never go away must not hold it forever)."""
@@ -67,7 +71,7 @@ class Cache:
     create_errors: dict[Key, CreateError] = field(default_factory=dict)
     waiting: dict[Key, tuple[str, str]] = field(default_factory=dict)
     last_wait_write: dict[Key, float] = field(default_factory=dict)
-    services_made: set[str] = field(default_factory=set)
+    services_made: dict[str, float] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     assumed_pods: dict[Key, tuple[str, float]] = field(default_factory=dict)
@@ -104,6 +108,12 @@ class Cache:
 
     def service(self, key: Key) -> InferenceServiceRecord | None:
         return self._one("kf_services", key)
+
+    def workers_service_made(self, namespace: str) -> bool:
+        """Whether the namespace's workers Service was created (or found) in the last
+        :data:`SERVICE_RECHECK` seconds."""
+        t = self.services_made.get(namespace)
+        return t is not None and time.monotonic() - t < SERVICE_RECHECK
 
     def pool(self, name: str) -> PoolRecord | None:
         return self._one("kf_pools", name)

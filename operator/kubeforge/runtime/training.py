@@ -158,8 +158,9 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         return
     attempt = current_attempt(status)
     first = []
-    if plan.ensure_service and ns not in cache.services_made:
+    if plan.ensure_service and not cache.workers_service_made(ns):
         first.append(("Service", WORKERS_SERVICE, build_workers_service(ns)))
+        cache.services_made[ns] = time.monotonic()  # now: concurrent reconciles in the namespace would each try (409s)
     claim = pvc_name(job.name)
     if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.expected(cache.created, key):
         first.append(("PersistentVolumeClaim", claim, build_pvc(job)))
@@ -169,11 +170,11 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         for (kind, name, _), r in zip(first, results):
             if isinstance(r, BaseException):
                 cache.created.get(key, {}).pop(name, None)
+                if kind == "Service":
+                    cache.services_made.pop(ns, None)
                 if not _refused(rt, key, attempt, kind, name, r):
                     raise r
                 return
-            if kind == "Service":
-                cache.services_made.add(ns)
     made = cache.expected(cache.created, key)
     ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
     if not ranks:
