@@ -72,11 +72,15 @@ class OperatorLog:
             return f.read().decode(errors="replace")
 
     def tracebacks(self) -> list[str]:
+        """Each traceback with the log line before it, through its exception line (the first
+        line after it that is not indented); at most 60 lines."""
         lines = self.text().splitlines()
         out = []
         for i, line in enumerate(lines):
-            if "Traceback" in line:
-                out.append("\n".join(lines[max(0, i - 1):i + 25]))
+            if line.startswith("Traceback"):
+                end = next((j for j in range(i + 1, min(len(lines), i + 60)) if not lines[j].startswith(" ")),
+                           min(len(lines), i + 60) - 1)
+                out.append("\n".join(lines[max(0, i - 1):end + 1]))
         return out
 
 
