@@ -351,6 +351,26 @@ def test_templates_without_a_runnable_container_are_refused_by_the_model(templat
         TrainingJobSpec.model_validate({"pools": ["p"], "replicas": 1, "gpusPerReplica": 1, "template": template})
 
 
+C = [{"name": "main", "image": "busybox"}]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"containers": C, "affinity": "zone-a"}, "affinity must be an object"),
+    ({"containers": C, "nodeSelector": ["a"]}, "nodeSelector must be a map"),
+    ({"containers": C, "tolerations": "all"}, "tolerations must be a list"),
+    ({"containers": C, "volumes": [{"name": "Data_1"}]}, "must be a DNS label"),
+    ({"containers": C, "nodeName": "n1"}, "nodeName must be empty"),
+    ({"containers": [{**C[0], "env": "A=1"}]}, "env must be a list"),
+    ({"containers": [{**C[0], "resources": "4 GPUs"}]}, "resources must be an object"),
+    ({"containers": [{**C[0], "resources": {"limits": "8"}}]}, "resources.limits must be a map"),
+])
+def test_templates_the_operator_could_not_read_are_refused_by_the_model(spec, message) -> None:
+    # A string where a map is expected once crashed admission for every job in the cluster
+    # (found by the hostile corpus, e2e/hostile/): the model refuses it, the job says InvalidSpec.
+    with pytest.raises(ValidationError, match=message):
+        TrainingJobSpec.model_validate({"pools": ["p"], "replicas": 1, "gpusPerReplica": 1, "template": {"spec": spec}})
+
+
 def test_integer_quantity_is_kept_as_string() -> None:
     body = with_spec(TRAINING_JOB, checkpoint={"size": 1073741824})
     assert parse_training_job(body).spec.checkpoint.size == "1073741824"

@@ -246,8 +246,15 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     for job in snapshot.jobs.values():
         if awaiting_admission(job, now):
             k = f"{job.key[0]}/{job.key[1]}"
+            try:
+                request = gang_request(job.record.spec)  # type: ignore[arg-type]
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                # One malformed template must never stop admission for the whole cluster: the
+                # job waits (InvalidSpec, until its spec changes) and the round goes on.
+                plan.wait.append(Wait(job.key, "InvalidSpec", f"the pod template cannot be placed: {e}"))
+                continue
             by_key[k] = job
-            queue.append(PendingGang(k, gang_request(job.record.spec), job.record.spec.priority,  # type: ignore[union-attr]
+            queue.append(PendingGang(k, request, job.record.spec.priority,  # type: ignore[union-attr]
                                      job.record.created))
     memo = memo if memo is not None else AdmissionMemo()
     memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})

@@ -6,6 +6,7 @@ metav1.Condition, metav1.LabelSelector, core/v1 Toleration and an opaque PodTemp
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Optional
@@ -121,6 +122,18 @@ class SelectorOperator(str, Enum):
 
 class LabelSelectorRequirement(KubeModel):
     """LabelSelectorRequirement is a selector requirement: a key, an operator and values."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) "
+                    ": (!has(self.values) || size(self.values) == 0)",
+                    "message": "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+                }
+            ]
+        }
+    )
 
     key: str = Field(
         max_length=MAX_LABEL_KEY_LENGTH,
@@ -295,6 +308,13 @@ class PodTemplate(KubeModel):
         },
     )
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_shape(cls, md: dict[str, Any]) -> dict[str, Any]:
+        for key in ("labels", "annotations"):
+            _string_map(md.get(key), f"template.metadata.{key}")
+        return md
+
     @field_validator("spec")
     @classmethod
     def _has_containers(cls, spec: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +326,64 @@ class PodTemplate(KubeModel):
                 raise ValueError(f"template.spec.containers[{i}] needs a name")
             if not c.get("image") or not isinstance(c.get("image"), str):
                 raise ValueError(f"template.spec.containers[{i}] ({c.get('name')}) needs an image")
+        _pod_spec_shape(spec)
         return spec
+
+
+def _string_map(value: Any, where: str) -> None:
+    if value is not None and (not isinstance(value, dict)
+                              or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+        raise ValueError(f"{where} must be a map of strings to strings")
+
+
+def _list_of_objects(value: Any, where: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+        raise ValueError(f"{where} must be a list of objects")
+    return value
+
+
+def _pod_spec_shape(spec: dict[str, Any]) -> None:
+    """The shape of the PodSpec fields the operator reads or merges into (node selection,
+    tolerations, volumes, each container's env and resources), so that a template the API
+    server would refuse as a Pod is reported as InvalidSpec before any GPU is held, and never
+    reaches placement or the builders as a string where a map is expected."""
+    if spec.get("nodeName"):
+        raise ValueError("template.spec.nodeName must be empty: the operator places every pod "
+                         "(it pins each rank to the node admission chose)")
+    _string_map(spec.get("nodeSelector"), "template.spec.nodeSelector")
+    aff = spec.get("affinity")
+    if aff is not None:
+        if not isinstance(aff, dict) or not all(isinstance(v, dict) for v in aff.values()):
+            raise ValueError("template.spec.affinity must be an object (a core/v1 Affinity)")
+        req = (aff.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        if req is not None:
+            if not isinstance(req, dict):
+                raise ValueError("template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution "
+                                 "must be an object")
+            _list_of_objects(req.get("nodeSelectorTerms"), "template.spec.affinity.nodeAffinity."
+                             "requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms")
+    _list_of_objects(spec.get("tolerations"), "template.spec.tolerations")
+    for i, v in enumerate(_list_of_objects(spec.get("volumes"), "template.spec.volumes")):
+        name = v.get("name")
+        if not isinstance(name, str) or not re.match(DNS_LABEL_PATTERN, name) or len(name) > MAX_LABEL_LENGTH:
+            raise ValueError(f"template.spec.volumes[{i}].name {name!r} must be a DNS label "
+                             "(lower case letters, digits and '-')")
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(_list_of_objects(spec.get(kind), f"template.spec.{kind}")):
+            where = f"template.spec.{kind}[{i}]"
+            for e in _list_of_objects(c.get("env"), f"{where}.env"):
+                if not isinstance(e.get("name"), str) or not e["name"]:
+                    raise ValueError(f"{where}.env: every entry needs a name")
+            res = c.get("resources")
+            if res is not None:
+                if not isinstance(res, dict):
+                    raise ValueError(f"{where}.resources must be an object (requests, limits)")
+                for key in ("requests", "limits"):
+                    if res.get(key) is not None and not isinstance(res[key], dict):
+                        raise ValueError(f"{where}.resources.{key} must be a map of resource names to quantities")
+            _list_of_objects(c.get("volumeMounts"), f"{where}.volumeMounts")
 
 
 def conditions_field(types: str) -> Any:
