@@ -32,7 +32,9 @@ def pool_status(view: PoolView, ledger: Ledger, now: float, quotas: list[dict[st
     rec = view.record
     old = rec.status or {}
     gen = rec.generation
-    if not view.nodes:
+    if rec.spec is None:  # say what is wrong, not "matches no node" (an invalid selector selects nothing)
+        conds = set_condition(old.get("conditions"), "Ready", False, "InvalidSpec", rec.spec_error or "invalid spec", now, gen)
+    elif not view.nodes:
         conds = set_condition(old.get("conditions"), "Ready", False, "NoNodes", "nodeSelector matches no node", now, gen)
     else:
         conds = set_condition(old.get("conditions"), "Ready", s.nodes_usable > 0,

@@ -85,6 +85,14 @@ async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, mess
     rt.event(KIND, rec, "Warning", reason, message, now)
 
 
+async def _refused(rt: Runtime, rec: InferenceServiceRecord, kind: str, name: str, e: ApiError, now: float) -> None:
+    """The API server refused an object built from the spec (400/422: the template is not a
+    valid pod; 403: a quota, PodSecurity or a webhook): say so in ``Ready`` and a Warning
+    Event, instead of retrying the same body in silence."""
+    reason = "InvalidSpec" if e.code in (400, 422) else "CreateFailed"
+    await _not_ready(rt, rec, reason, f"the API server refused {kind} {name} (HTTP {e.code}): {e.message}", now)
+
+
 async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     """One autoscaling step for one InferenceService; returns seconds until the next."""
     global _http
@@ -135,7 +143,13 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         cap = _placeable(rt, view, gpus, 0)
         if cap is not None:
             first = min(first, cap)
-        await rt.client.create("Deployment", ns, build_deployment(rec, replicas=first, template=template))
+        try:
+            await rt.client.create("Deployment", ns, build_deployment(rec, replicas=first, template=template))
+        except ApiError as e:
+            if e.transient:
+                raise
+            await _refused(rt, rec, "Deployment", name, e, now)
+            return 30.0
         mem.deployment_made_at = now
         rt.event(KIND, rec, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
         current, ready, total = first, 0, 0
@@ -167,7 +181,13 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         # Deployment controller: kubernetes/kubernetes#102551 (fix proposed in #138036).
         if d.desired != current:
             rollout.append({"op": "replace", "path": "/spec/replicas", "value": d.desired})
-        await rt.client.patch("Deployment", ns, name, rollout, patch_type="json")
+        try:
+            await rt.client.patch("Deployment", ns, name, rollout, patch_type="json")
+        except ApiError as e:
+            if e.transient:
+                raise
+            await _refused(rt, rec, "Deployment", name, e, now)
+            return 30.0
         rt.event(KIND, rec, "Normal", "Updated", "pod template changed: rolling out one replica at a time (maxSurge 0)", now)
     elif d.desired != current:
         await rt.client.patch("Deployment", ns, name, {"spec": {"replicas": d.desired}}, sub="scale")
@@ -189,6 +209,10 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
     conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
                           d.limited_reason or "desired replicas within bounds and capacity", now, gen)
+    old_limited = condition(rec.status, "ScalingLimited")
+    if d.limited and d.limited_condition_reason == "InsufficientCapacity" and not (
+            old_limited and old_limited.get("status") == "True" and old_limited.get("reason") == "InsufficientCapacity"):
+        rt.event(KIND, rec, "Warning", "InsufficientCapacity", d.limited_reason or "the pool cannot place the replicas", now)
     if d.desired == 0 and policy.min_replicas == 0:
         conds = set_condition(conds, "Ready", True, "ScaledToZero", "no replicas: scaled to zero while idle", now, gen)
     else:
