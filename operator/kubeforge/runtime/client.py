@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import aiohttp
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
@@ -148,7 +149,9 @@ class KubeClient:
                     raw = await resp.read()
                 finally:
                     resp.release()
-        except (asyncio.TimeoutError, OSError, kclient.exceptions.ApiException) as e:
+        except (asyncio.TimeoutError, OSError, aiohttp.ClientError, kclient.exceptions.ApiException) as e:
+            # aiohttp.ServerDisconnectedError (the API server went away mid-request: a restart)
+            # is a ClientError, not an OSError: without it, it escaped as an unexpected error.
             metrics.API_REQUESTS.labels(verb=method, resource=resource, code="error").inc()
             raise ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}") from None
         metrics.API_REQUESTS.labels(verb=method, resource=resource, code=str(code)).inc()

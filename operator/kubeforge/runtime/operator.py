@@ -15,6 +15,7 @@ import kopf
 
 from kubeforge.runtime import indexes  # noqa: F401  (registers the indexes)
 from kubeforge.runtime.admission import admission_loop
+from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink
 from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.leader import lead
@@ -43,6 +44,47 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
         return None
 
 
+DISCOVERY = {
+    "/api/v1": ("pods", "nodes", "persistentvolumeclaims", "services", "namespaces"),
+    "/apis/apps/v1": ("deployments",),
+    "/apis/storage.k8s.io/v1": ("storageclasses",),
+    "/apis/kubeforge.io/v1alpha1": ("trainingjobs", "inferenceservices", "gpupools"),
+}
+"""The API groups (and resources in them) kopf must find when it scans the API at start-up."""
+
+
+async def wait_for_discovery(rt: Any, backoff: float = 1.0, cap: float = 10.0) -> None:
+    """Return once the API server's discovery lists every resource of :data:`DISCOVERY`.
+
+    kopf scans the API's groups once, after the startup handlers, and rescans a group only
+    when a CRD changes. An operator that starts while the API server is down or still starting
+    (a control-plane restart or upgrade, a node reboot) would scan a partial list (``/api`` is
+    installed first; ``/apis/...`` answers 503 "the request has been made before all known
+    HTTP paths have been installed") and serve nothing else for its whole life ("Unresolved
+    resources cannot be served"). Waiting here, before kopf's first scan, makes that scan
+    whole. One log line per failure streak; never gives up (a liveness probe is the place for
+    a deadline).
+    """
+    failing = 0
+    while True:
+        missing = []
+        for path, wanted in DISCOVERY.items():
+            try:
+                body = await rt.client.request("GET", path, read=True) or {}
+                have = {r.get("name") for r in body.get("resources") or []}
+                missing += [f"{path}/{w}" for w in wanted if w not in have]
+            except ApiError as e:
+                missing.append(f"{path} ({e})")
+        if not missing:
+            if failing:
+                log.info("API discovery complete after %d tries", failing + 1)
+            return
+        if failing == 0:
+            log.warning("waiting for the API server to serve %s", ", ".join(missing)[:500])
+        failing += 1
+        await asyncio.sleep(min(cap, backoff * 2 ** min(failing, 4)))
+
+
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
     rt = memo.rt
@@ -54,6 +96,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     await rt.client.start()
+    await wait_for_discovery(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list.
     rt.cache.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}
     rt.events = EventSink(rt.client)
