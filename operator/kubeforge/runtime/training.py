@@ -73,6 +73,13 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     await rt.ready.wait()
     rec = rt.cache.job(key)
     if rec is None or rec.deleting:
+        # The job is gone (or going): its pods go now, not whenever the garbage collector gets
+        # to them: until then they hold their GPUs, and a pod whose create was in flight when
+        # the job was deleted would hold them for as long as the collector is behind.
+        live = [p.name for p in rt.cache.job_pods(key) if not p.deleting]
+        if live:
+            log.info("trainingjob %s/%s deleted: deleting its %d pods", key[0], key[1], len(live))
+            await gather_bounded([rt.client.delete("Pod", key[0], n) for n in live])
         rt.cache.forget(key)
         rt.jobs.forget(key)
         rt.wake_admission()
@@ -128,6 +135,9 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
         raise
     finally:
         rt.cache.writing.discard(key)
+    if written is None:  # the job was deleted meanwhile: nothing to create for it
+        rt.cache.assumed.pop(key, None)
+        return False
     rt.cache.remember(key, written)
     if plan.forget_assumed:
         rt.cache.assumed.pop(key, None)
@@ -167,14 +177,19 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     if first:
         cache.expect(cache.created, key, [name for kind, name, _ in first if kind != "Service"])
         results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
-        for (kind, name, _), r in zip(first, results):
-            if isinstance(r, BaseException):
-                cache.created.get(key, {}).pop(name, None)
-                if kind == "Service":
-                    cache.services_made.pop(ns, None)
-                if not _refused(rt, key, attempt, kind, name, r):
-                    raise r
-                return
+        failed = [(kind, name, r) for (kind, name, _), r in zip(first, results) if isinstance(r, BaseException)]
+        # Forget the expectation of EVERY create that failed before raising: left behind, the
+        # claim's would hide for EXPECTATION_TTL that it was never created, and the job (no pod,
+        # no claim whose event would bring it back) would sleep until its startup timeout.
+        for kind, name, _r in failed:
+            cache.created.get(key, {}).pop(name, None)
+            if kind == "Service":
+                cache.services_made.pop(ns, None)
+        for kind, name, r in failed:
+            if not _refused(rt, key, attempt, kind, name, r):
+                raise r
+        if failed:
+            return
     made = cache.expected(cache.created, key)
     ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
     if not ranks:
