@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -66,6 +67,15 @@ def run(storage_class: str, root: str) -> None:  # pragma: no cover - a long-run
             if e.status != 409:
                 log.warning("PV for %s/%s: %s", md["namespace"], md["name"], e.reason)
                 served.discard(md["uid"])  # try again on its next event
+        except Exception as e:  # noqa: BLE001 - no answer (the API server restarting): try again
+            # A connection refused or reset is a urllib3 error, not an ApiException. Left
+            # uncaught, it died silently in the pool's future with the uid still in `served`,
+            # so the relist after the API server came back skipped the claim: Pending forever.
+            log.warning("PV for %s/%s: %s; again in 2 s", md["namespace"], md["name"], e)
+            served.discard(md["uid"])
+            retry = threading.Timer(2.0, serve, (pvc,))  # the PV's name is the claim's: a repeat is a 409
+            retry.daemon = True
+            retry.start()
 
     def serve(pvc: dict) -> None:
         md = pvc["metadata"]
