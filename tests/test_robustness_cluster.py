@@ -26,12 +26,14 @@ def pool_allocated(cluster, pool: str) -> int | None:
 def test_pod_the_api_server_refuses_releases_the_gpus_and_waits_for_a_spec_fix(cluster, namespace, fleet):
     fleet(cliques=1, nodes=2)
     job = training_job("badvol", namespace)
-    job["spec"]["template"]["spec"]["volumes"] = [{"name": "Bad_Volume", "emptyDir": {}}]  # 422 from the API server
+    # A port the model does not check but the API server refuses (422). (A volume name that is
+    # no DNS label, the case this test used first, is now refused by the model before admission.)
+    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 70000}]
     apply(cluster, job)
     st = wait_for(lambda: (s := job_status(cluster, namespace, "badvol")) and (condition(s, "Admitted") or {}).get("reason") == "InvalidSpec" and s,
                   timeout=30, what="Admitted=False/InvalidSpec from the refused pod")
     adm = condition(st, "Admitted")
-    assert adm["status"] == "False" and "HTTP 422" in adm["message"] and "Bad_Volume" in adm["message"], adm
+    assert adm["status"] == "False" and "HTTP 422" in adm["message"] and "70000" in adm["message"], adm
     assert not st.get("placement") and st["restarts"]["startupFailures"] == 0
     assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events_for(cluster, namespace, "badvol"))
     wait_for(lambda: pool_allocated(cluster, namespace) == 0, timeout=30, what="the GPUs released in the pool status")
@@ -42,7 +44,7 @@ def test_pod_the_api_server_refuses_releases_the_gpus_and_waits_for_a_spec_fix(c
     assert "Traceback" not in log.split("badvol")[-1]
     # The fix: an edit of the template; the job is admitted again and runs.
     cluster.kubectl("patch", "trainingjob", "badvol", "-n", namespace, "--type=json",
-                    "-p", json.dumps([{"op": "replace", "path": "/spec/template/spec/volumes/0/name", "value": "scratch"}]))
+                    "-p", json.dumps([{"op": "replace", "path": "/spec/template/spec/containers/0/ports/0/containerPort", "value": 9400}]))
     wait_for(lambda: len(running_pods(cluster, namespace, "badvol")) == 2, timeout=60, what="the fixed job running")
 
 
