@@ -54,14 +54,20 @@ def cluster():
         c.down(log=lambda m: print(f"[cluster] {m}"))
 
 
-@pytest.fixture
-def namespace(cluster):
+def new_namespace(cluster):
+    """A fresh ``t-xxxxxxxx`` namespace with its default ServiceAccount (a generator: yields the
+    name, deletes the namespace without waiting when resumed). Fixtures ``yield from`` it."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
              timeout=30, what="default ServiceAccount")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def namespace(cluster):
+    yield from new_namespace(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
-from conftest import apply, condition, events_for, get_json, job_status, running_pods, training_job, wait_for
+from conftest import apply, condition, events_for, get_json, job_status, new_namespace, running_pods, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
 def other_namespace(cluster):
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-             timeout=30, what="default ServiceAccount")
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from new_namespace(cluster)
 
 
 def quotas(team_a: str, team_b: str, borrow_a: int | None = None) -> dict:
