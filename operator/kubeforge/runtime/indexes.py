@@ -82,13 +82,19 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     return out
 
 
+def _named_record(spec_cls: Any, kind: str, body: Any, max_length: int) -> Any:
+    """The object's record, its spec refused (``spec_error``) when its name could not make
+    the objects built from it (the CRD's CEL rule refuses such names; this covers objects
+    created before the rule)."""
+    rec = record_from_k8s(spec_cls, body)
+    bad = name_error(kind, rec.name, max_length)
+    return replace(rec, spec=None, spec_error=bad) if bad else rec
+
+
 @kopf.index(GROUP, VERSION, "trainingjobs")
 async def kf_jobs(body: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> :class:`~kubeforge.objects.TrainingJobRecord`."""
-    rec = record_from_k8s(TrainingJobSpec, body)
-    bad = name_error("TrainingJob", rec.name, MAX_JOB_NAME_LENGTH)
-    if bad:
-        rec = replace(rec, spec=None, spec_error=bad)
+    rec = _named_record(TrainingJobSpec, "TrainingJob", body, MAX_JOB_NAME_LENGTH)
     memo.rt.queue_job(rec.key)
     if placement_of(rec.status) is None:
         memo.rt.wake_admission()
@@ -106,10 +112,7 @@ async def kf_pools(body: Any, memo: Any, **_: Any) -> dict:
 @kopf.index(GROUP, VERSION, "inferenceservices")
 async def kf_services(body: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> :class:`~kubeforge.objects.InferenceServiceRecord`."""
-    rec = record_from_k8s(InferenceServiceSpec, body)
-    bad = name_error("InferenceService", rec.name, MAX_LABEL_LENGTH)
-    if bad:
-        rec = replace(rec, spec=None, spec_error=bad)
+    rec = _named_record(InferenceServiceSpec, "InferenceService", body, MAX_LABEL_LENGTH)
     memo.rt.queue_service(rec.key)
     return {rec.key: rec}
 
