@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_training import (  # noqa: E402
     GROUP, JOB_LABEL, POOL, ROOT, VERSION, Abort, RssSampler, alive, apply_fleet, component_pid, cpu_seconds,
-    SRC, describe_source, fleet_capacity, log_digest, make_namespace, open_api, pct, rss_mib, wait_until,
-    watch_raw,
+    SRC, describe_source, fleet_capacity, log_digest, make_namespace, open_api, pct, rss_mib, shared_claim,
+    wait_for_pool, watch_raw,
 )
 from kubeforge.demo import start_operator, stop_operator  # noqa: E402
 from kubeforge.sim.cluster import Cluster  # noqa: E402
@@ -197,12 +197,7 @@ def main() -> int:
         if api_pid is None or etcd_pid is None:
             notes.append(f"pid not found: kube-apiserver {api_pid}, etcd {etcd_pid}")
         make_namespace(c, api, NS)
-        c.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM, "namespace": NS},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-        }))
-        wait_until(lambda: json.loads(core.read_namespaced_persistent_volume_claim(CLAIM, NS, _preload_content=False).data)
-                   ["status"].get("phase") == "Bound", 60, f"PVC {CLAIM} to bind")
+        shared_claim(c, core, NS, CLAIM)
         c.kubectl("apply", "-f", "-", input=json.dumps({
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPool", "metadata": {"name": POOL},
             "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/sim-fleet": fleet.name}}},
@@ -214,13 +209,7 @@ def main() -> int:
         pid = start_operator(c)
         say(f"operator started (pid {pid}, log {op_log})")
 
-        def pool_ready() -> bool:
-            if not alive(pid):
-                raise Abort(f"the operator exited during start-up; its log: {op_log}")
-            st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
-            return int((st.get("gpus") or {}).get("allocatable") or 0) == capacity
-
-        ok = wait_until(pool_ready, 180, f"GPUPool {POOL} status to show {capacity} GPUs")
+        ok = wait_for_pool(custom, pid, op_log, capacity, 180)
         if not ok:
             notes.append("the GPUPool status never showed every GPU within 180 s")
         watchers = [

@@ -639,6 +639,29 @@ class Abort(Exception):
     """A bench step cannot go on (the operator exited, ...); the message says why."""
 
 
+def shared_claim(c: Cluster, core, ns: str, name: str) -> None:
+    """Create the one checkpoint PVC every job of a run mounts (``checkpoint.existingClaimName``)
+    and wait (at most 60 s) until it is Bound."""
+    c.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    wait_until(lambda: json.loads(core.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False).data)
+               ["status"].get("phase") == "Bound", 60, f"PVC {name} to bind")
+
+
+def wait_for_pool(custom, pid: int, op_log: Path, capacity: int, timeout: float) -> bool:
+    """Wait (at most ``timeout`` s) until the GPUPool's status shows ``capacity`` allocatable
+    GPUs: the operator is up and sees the fleet. Raises Abort when the operator exits."""
+    def ready() -> bool:
+        if not alive(pid):
+            raise Abort(f"the operator exited during start-up; its log: {op_log}")
+        st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
+        return int((st.get("gpus") or {}).get("allocatable") or 0) == capacity
+
+    return wait_until(ready, timeout, f"GPUPool {POOL} status to show {capacity} GPUs")
+
+
 def wait_until(pred, timeout: float, what: str, interval: float = 1.0) -> bool:
     """Poll ``pred`` until true or ``timeout`` s; API errors count as false. Returns success.
 
@@ -1107,13 +1130,7 @@ def main() -> int:
                 pid = start_operator(c)
                 say(f"operator started (pid {pid}, log {op_log})")
 
-                def pool_ready() -> bool:
-                    if not alive(pid):
-                        raise Abort(f"the operator exited during start-up; its log: {op_log}")
-                    st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
-                    return int((st.get("gpus") or {}).get("allocatable") or 0) == capacity
-
-                if not wait_until(pool_ready, 120, f"GPUPool {POOL} status to show {capacity} GPUs"):
+                if not wait_for_pool(custom, pid, op_log, capacity, 120):
                     st = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", POOL).get("status") or {}
                     extra["pool_not_ready"] = (f"the GPUPool status did not show {capacity} allocatable GPUs within "
                                                f"120 s (it showed gpus={st.get('gpus')}, nodes={st.get('nodes')}); "
@@ -1124,12 +1141,7 @@ def main() -> int:
                 claim = None
                 if args.claims == "shared":  # like-for-like with the baseline: no PVC per job
                     claim = SHARED_CLAIM
-                    c.kubectl("apply", "-f", "-", input=json.dumps({
-                        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": ns},
-                        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-                    }))
-                    wait_until(lambda: json.loads(core.read_namespaced_persistent_volume_claim(
-                        claim, ns, _preload_content=False).data)["status"].get("phase") == "Bound", 60, f"PVC {claim} to bind")
+                    shared_claim(c, core, ns, claim)
 
                 def submit(job: Job, ns=ns) -> None:
                     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs",
