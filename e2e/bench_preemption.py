@@ -154,13 +154,13 @@ def priority_first_queue():
 
 @contextmanager
 def kueue_order():
-    """Order candidates as Kueue does (lowest priority, then newest): lost work counts 0."""
-    real = _quota.lost_work
-    _quota.lost_work = lambda job, now: 0.0
+    """Order candidates as Kueue does (lowest priority, then newest): checkpoint age counts 0."""
+    real = _quota.checkpoint_age
+    _quota.checkpoint_age = lambda job, now: 0.0
     try:
         yield
     finally:
-        _quota.lost_work = real
+        _quota.checkpoint_age = real
 
 
 def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: float) -> dict:

@@ -6,9 +6,9 @@ against the ledger minus everything admitted before it in the same round (Kueue'
 order is Kueue's scheduler's: gangs that fit within their team's nominal quota first, then
 priority, then age. A borrower served before a team's own job would be the first thing that
 team reclaims: in a replay of the Alibaba trace (``e2e/bench_preemption.py``) priority-first
-order cost several times the preemptions. Then the InferenceService replicas waiting behind the admission gate get a node
-from what is left: serving never takes GPUs promised to a gang whose pods are still being
-created, and gangs, which waited longer, go first.
+order cost several times the preemptions. Then the InferenceService replicas waiting behind
+the admission gate get a node from what is left: serving never takes GPUs promised to a gang
+whose pods are still being created, and gangs, which waited longer, go first.
 """
 
 from __future__ import annotations
@@ -216,8 +216,11 @@ def _nominal_first(rnd: Round, ordered: list[PendingGang], by_key: Mapping[str, 
     """``ordered`` (priority, then age) with the gangs that fit within their team's nominal
     quota as the round starts first (the order stays within each part), as Kueue's scheduler
     orders its entries (``entryOrdering``: not borrowing, then priority, then time)."""
-    first = [p for p in ordered if not rnd.borrows(by_key[p.key], p.request.gpus)]
-    return first + [p for p in ordered if rnd.borrows(by_key[p.key], p.request.gpus)]
+    first: list[PendingGang] = []
+    later: list[PendingGang] = []
+    for p in ordered:
+        (later if rnd.borrows(by_key[p.key], p.request.gpus) else first).append(p)
+    return first + later
 
 
 def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None) -> AdmissionPlan:
