@@ -64,10 +64,11 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})
-        ready = next((c for c in st["conditions"] if c.get("type") == "Ready"), None)
-        was = next((c for c in prev.get("conditions") or [] if c.get("type") == "Ready"), None)
-        if ready and ready["status"] == "False" and (not was or (was.get("status"), was.get("reason")) != ("False", ready["reason"])):
-            rt.event("GPUPool", pool, "Warning", ready["reason"], ready["message"], now)
+        for type_ in ("Ready", "TopologyReady"):  # a Warning Event when one turns False for a new reason
+            cond = next((c for c in st["conditions"] if c.get("type") == type_), None)
+            was = next((c for c in prev.get("conditions") or [] if c.get("type") == type_), None)
+            if cond and cond["status"] == "False" and (not was or (was.get("status"), was.get("reason")) != ("False", cond["reason"])):
+                rt.event("GPUPool", pool, "Warning", cond["reason"], cond["message"], now)
         if not same_status(st, prev):
             # Until the write is answered, compare with what the index shows: a write that timed
             # out may still have been applied, and ``last`` would then hide a later change back.
