@@ -30,8 +30,10 @@ def main() -> None:
               help="Namespace of the leader Lease (default: $POD_NAMESPACE).")
 @click.option("--lease-name", default="kubeforge-operator", show_default=True, help="Name of the leader Lease.")
 @click.option("--prometheus-url-allow", "prometheus_allow", multiple=True,
-              help="A URL prefix an InferenceService's prometheusURL must start with (repeatable). "
-                   "Default: any URL.")
+              help="A URL prefix an InferenceService's prometheusURL may start with (repeatable); a "
+                   "prefix ending in ':' allows any port of that host. Default (none given): only "
+                   "in-cluster Service URLs (http://NAME.NAMESPACE.svc:PORT). The API server is never "
+                   "queried.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],

@@ -37,6 +37,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+LOCAL_PROMETHEUS = "http://127.0.0.1:"
+"""The allow-list entry the local sim's operator gets: any port of loopback, where the sim
+runs Prometheus (in a cluster, only in-cluster Service URLs are queried by default)."""
+
+
 def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
                    name: str = "operator") -> int:
     """Start ``kubeforge run`` in the background against cluster ``c``; returns its pid.
@@ -52,7 +57,9 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
     env = {**c.env(), **(extra_env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
-         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port), *args],
+         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
+         # the sim's Prometheus listens on a free loopback port (the API server's own is refused)
+         "--prometheus-url-allow", LOCAL_PROMETHEUS, *args],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
     )
     (c.dir / f"{name}.pid").write_text(str(proc.pid))

@@ -29,7 +29,8 @@ import httpx
 from kubeforge import metrics
 from kubeforge.admission import PoolView, placeable
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
-from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query, url_allowed
+from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query
+from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
 from kubeforge.builders.inference import build_deployment, build_pod_template, build_service, template_hash
 from kubeforge.objects import InferenceServiceRecord, Key, condition
@@ -162,8 +163,10 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
             ]
 
     a = spec.autoscaling
-    if not url_allowed(a.prometheus_url, rt.options.prometheus_allow):
-        q = QueryResult(None, None, "prometheusURL is not one of the operator's allowed Prometheus URLs")
+    refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
+        await resolved_refusal(a.prometheus_url, rt.api_servers)
+    if refusal:
+        q = QueryResult(None, None, refusal)
     else:
         if _http is None:
             _http = httpx.AsyncClient()

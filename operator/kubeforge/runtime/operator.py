@@ -96,6 +96,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     await rt.client.start()
+    rt.api_servers = rt.client.server_addresses()
     await wait_for_discovery(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list.
     rt.cache.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}

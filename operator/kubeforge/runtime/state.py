@@ -18,8 +18,8 @@ class Options:
     """How this process runs (from the command line).
 
     Attributes:
-        prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` must start
-            with; empty allows any.
+        prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` may start with;
+            empty allows only in-cluster Service URLs (:mod:`kubeforge.autoscaling.urls`).
         leader_election: Whether to take part in leader election (else: always leader).
         lease_namespace: Namespace of the leader Lease.
         lease_name: Name of the leader Lease.
@@ -48,6 +48,8 @@ class Runtime:
         jobs: The TrainingJob work queue (set at startup).
         services: The InferenceService work queue (set at startup).
         tasks: Background tasks to cancel at shutdown.
+        api_servers: Where the API server answers (``host:port``), never queried as a
+            Prometheus (:mod:`kubeforge.autoscaling.urls`).
     """
 
     cache: Cache = field(default_factory=Cache)
@@ -60,6 +62,7 @@ class Runtime:
     jobs: Any = None
     services: Any = None
     tasks: list[asyncio.Task] = field(default_factory=list)
+    api_servers: frozenset[str] = frozenset()
 
     def wake_admission(self) -> None:
         self.admission_wake.set()
