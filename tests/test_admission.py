@@ -492,7 +492,7 @@ def test_template_tolerations_open_tainted_nodes_to_that_job_only():
     plan = plan_admission(snapshot([mk_pool("p")], ns_, pods=pods, jobs=[plain, tolerant]), NOW)
     assert admitted(plan)["tolerant"].placement.nodes == ("n0",)
     assert waiting(plan)["plain"].reason == "WaitingForCapacity"
-    assert gang_request(tolerant.spec).tolerations[0]["key"] == "dedicated"
+    assert gang_request(tolerant).tolerations[0]["key"] == "dedicated"
 
 
 def test_pool_tolerations_apply_to_every_job():

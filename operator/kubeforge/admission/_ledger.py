@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource
+from kubeforge.objects import rank_gpus
 
 WorkloadKey = tuple[str, str, str]
 """(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)`` or
@@ -52,7 +53,9 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
     """The ledger of ``resource`` for ``snapshot`` (see the module docstring for the rules).
 
     A placement counts under the GPU resource of its pool only (a pool counts only its own
-    ``gpuResourceName``). A placement of a finished or suspended job holds nothing (its
+    ``gpuResourceName``), each of its nodes holding what one rank's pod requests by the
+    scheduler's rule (:func:`kubeforge.objects.rank_gpus`: sidecars and init containers that
+    ask for GPUs included), exactly what the pods will hold once bound. A placement of a finished or suspended job holds nothing (its
     placement is cleared in the same status write anyway).
     """
     led = Ledger(resource)
@@ -63,7 +66,7 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
             continue
         if pool_resource(snapshot.pools.get(pl.pool)) != resource:
             continue
-        per = job.record.spec.gpus_per_replica
+        per = rank_gpus(job.record, resource)
         who = ("TrainingJob",) + job.key
         for node in pl.nodes:
             led.hold(who, node, per)

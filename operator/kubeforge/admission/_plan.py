@@ -20,14 +20,14 @@ from kubeforge.admission._ledger import Ledger, build_ledgers
 from kubeforge.admission._round import Admit, Preempt, Round, Wait
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
+from kubeforge.admission._request import gang_request, own_anti_affinity  # noqa: F401 (re-exported)
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
-from kubeforge.objects import ADMISSION_GATE, Key, Pod, condition, condition_time, status_time
+from kubeforge.objects import (
+    ADMISSION_GATE, BLOCKED_UNTIL_SPEC_CHANGES, Key, Pod, condition, condition_time, rank_requests, status_time,
+)
 from kubeforge.placement import GangRequest, NodeFilter, PendingGang, Placement, place_gang, queue_order
 
-BLOCKED_UNTIL_SPEC_CHANGES = ("InvalidSpec",)
-"""``Admitted=False`` reasons, at the job's current generation, that stop admission until the
-spec changes (the API server or the model refused something only an edit can fix)."""
 
 
 @dataclass(frozen=True)
@@ -128,21 +128,6 @@ def awaiting_admission(job: JobView, now: float) -> bool:
     return True
 
 
-def gang_request(spec: TrainingJobSpec) -> GangRequest:
-    """The placement request of a job: its shape, topology, and the template's own
-    tolerations and node constraints (so the nodes chosen are ones kube-scheduler accepts)."""
-    tmpl = spec.template.spec
-    mode = spec.topology.mode.value
-    return GangRequest(
-        replicas=spec.replicas,
-        gpus_per_replica=spec.gpus_per_replica,
-        mode=mode,  # type: ignore[arg-type]
-        level=spec.topology.level if mode != "None" else None,
-        tolerations=tuple(tmpl.get("tolerations") or ()),
-        node_filter=NodeFilter.from_pod_spec(tmpl),
-    )
-
-
 def queued_since(job: JobView) -> float:
     """When the job started waiting: the last time ``Admitted`` turned False, else creation."""
     adm = condition(job.status, "Admitted")
@@ -208,8 +193,10 @@ def _serving_request(snapshot: Snapshot, pod: Pod, view: PoolView) -> GangReques
         terms = tuple({**t, "matchExpressions": list(t.get("matchExpressions") or []) + extra["matchExpressions"]}
                       for t in (nf.terms if nf and nf.terms else ({},)))
         nf = NodeFilter(nf.node_selector if nf else (), terms)
-    return GangRequest(1, spec.gpus_per_replica, mode="None",
-                       tolerations=tuple(tmpl.get("tolerations") or ()), node_filter=nf)
+    needs = dict(rank_requests(svc, view.resource))
+    gpus = needs.pop(view.resource, spec.gpus_per_replica)
+    return GangRequest(1, gpus, mode="None", tolerations=tuple(tmpl.get("tolerations") or ()), node_filter=nf,
+                       needs=needs)
 
 
 def _nominal_first(rnd: Round, ordered: list[PendingGang], by_key: Mapping[str, JobView]) -> list[PendingGang]:
@@ -247,10 +234,10 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     by_key: dict[str, JobView] = {}
     queue = []
     for job in snapshot.jobs.values():
-        if awaiting_admission(job, now):
+        if awaiting_admission(job, now) and job.record.namespace not in snapshot.terminating:
             k = f"{job.key[0]}/{job.key[1]}"
             try:
-                request = gang_request(job.record.spec)  # type: ignore[arg-type]
+                request = gang_request(job.record)
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 # One malformed template must never stop admission for the whole cluster: the
                 # job waits (InvalidSpec, until its spec changes) and the round goes on.
@@ -287,7 +274,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.waits = waits
     memo.settle(plan.views, taken)
 
-    gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool),
+    gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool
+                    and p.namespace not in snapshot.terminating),
                    key=lambda p: (p.created, p.namespace, p.name))
     for pod in gated:
         view = plan.views.get(pod.pool or "")

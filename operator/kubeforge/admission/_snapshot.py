@@ -69,6 +69,7 @@ class Snapshot:
         nominations: Gangs that preempted others: key -> (pool, GPUs per node promised to
             them until their victims' GPUs are free).
         preempting: Gangs being preempted now (never chosen again until they stop).
+        terminating: Namespaces being deleted: nothing there is admitted or given a node.
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -80,6 +81,7 @@ class Snapshot:
     claims: Mapping[Key, str] = field(default_factory=dict)
     nominations: Mapping[Key, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
     preempting: frozenset[Key] = frozenset()
+    terminating: frozenset[str] = frozenset()
 
 
 def pool_resource(pool: PoolRecord | None) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import (
     ADMISSION_GATE, ASSIGNED_NODE, MANAGED_BY, MANAGER, POOL_LABEL, SERVICE_NAME, TEMPLATE_HASH, InferenceServiceRecord,
-    main_container,
+    set_main_gpus,
 )
 
 KIND = "InferenceService"
@@ -77,13 +77,7 @@ def build_pod_template(
     assert spec is not None
     tmd = copy.deepcopy(spec.template.metadata)
     pod_spec = copy.deepcopy(spec.template.spec)
-    containers = pod_spec["containers"]
-    main_name = main_container([c.get("name") for c in containers])
-    main = next(c for c in containers if c.get("name") == main_name)
-    gpus = str(spec.gpus_per_replica)
-    res = main.setdefault("resources", {})
-    res.setdefault("limits", {})[gpu_resource] = gpus
-    res.setdefault("requests", {})[gpu_resource] = gpus
+    main = set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
     if not any(p.get("containerPort") == spec.port for p in main.get("ports") or []):
         main["ports"] = list(main.get("ports") or []) + [{"name": "http", "containerPort": spec.port}]
     pool_aff = pool_node_affinity(node_selector, level_label)

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import (
     ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
-    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container,
+    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, set_main_gpus,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
@@ -190,11 +190,7 @@ def build_worker_pod(
     pod_spec = copy.deepcopy(spec.template.spec)
     containers = pod_spec["containers"]
 
-    main_name = main_container([c.get("name") for c in containers])
-    main = next(c for c in containers if c.get("name") == main_name)
-    res = main.setdefault("resources", {})
-    res.setdefault("limits", {})[gpu_resource] = str(spec.gpus_per_replica)
-    res.setdefault("requests", {})[gpu_resource] = str(spec.gpus_per_replica)
+    set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
 
     master = master_address(name, ns)
     mount_path = spec.checkpoint.mount_path

@@ -11,6 +11,7 @@ from kubeforge.objects import (
     DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
     status_time,
 )
+from kubeforge.placement import GangRequest, NodeInfo
 
 SCHEDULE_TIMEOUT = 30.0
 """Seconds a created worker may stay Unschedulable (for a reason other than its volumes)
@@ -74,6 +75,14 @@ class TrainingContext:
         claim_wait: Why the gang's pods are not created yet although placed (its checkpoint
             claim is not bound and its StorageClass binds immediately: pods created now would
             only sit in kube-scheduler's backoff), or None to create them.
+        request: The gang's placement request in the pool of its placement
+            (:func:`kubeforge.admission.gang_request`), to tell a worker its own template keeps
+            off its node from one something else took the GPUs of; None when unknown.
+        pool_nodes: The placement's pool's nodes as placement sees them, by name.
+        rank_gpus: GPUs one rank holds in its pool (:func:`kubeforge.objects.rank_gpus`:
+            gpusPerReplica plus sidecars and init containers), for GPU-hours; None: gpusPerReplica.
+        namespace_terminating: The job's namespace is being deleted: nothing is created,
+            restarted or counted any more (the namespace controller deletes everything).
     """
 
     now: float
@@ -89,6 +98,10 @@ class TrainingContext:
     schedule_timeout: float = SCHEDULE_TIMEOUT
     claim_wait: str | None = None
     preempted_by: tuple[str, str] | None = None
+    request: GangRequest | None = None
+    pool_nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    rank_gpus: int | None = None
+    namespace_terminating: bool = False
 
 
 @dataclass

@@ -17,6 +17,7 @@ from kubeforge.api import (
 from kubeforge.api._base import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
 from kubeforge.objects._node import _time
+from kubeforge.objects._pod import replica_requests
 
 Key = tuple[str, str]
 """(namespace, name) of a namespaced object."""
@@ -102,6 +103,36 @@ def record_from_k8s(model: type[S], body: Mapping[str, Any]) -> Record[S]:
         spec_error=err,
         status=to_plain(body.get("status") or {}),
     )
+
+
+_RANK: dict[tuple[str, int, str], Mapping[str, int]] = {}
+
+
+def rank_requests(rec: Record, resource: str) -> Mapping[str, int]:
+    """What one rank (or serving replica) of ``rec`` holds when its pool counts ``resource``:
+    :func:`~kubeforge.objects.replica_requests` of its template with ``gpusPerReplica`` on the
+    main container (every resource; ``resource`` is the GPUs). Worked out once per
+    (uid, generation, resource): the admission round asks for every placed job every round.
+    Empty when the spec does not parse."""
+    spec = rec.spec
+    if spec is None:
+        return {}
+    key = (rec.uid, rec.generation, resource)
+    hit = _RANK.get(key) if rec.uid else None
+    if hit is not None:
+        return hit
+    out = replica_requests(spec.template.spec, spec.gpus_per_replica, resource)  # type: ignore[attr-defined]
+    if rec.uid:
+        if len(_RANK) >= _PARSED_MAX:
+            _RANK.clear()
+        _RANK[key] = out
+    return out
+
+
+def rank_gpus(rec: Record, resource: str) -> int:
+    """GPUs of ``resource`` one rank of ``rec`` holds (:func:`rank_requests`): at least
+    ``gpusPerReplica``, more when sidecars or init containers request GPUs too."""
+    return int(rank_requests(rec, resource).get(resource, 0))
 
 
 def current_attempt(status: Mapping[str, Any] | None) -> int:

@@ -150,6 +150,14 @@ class Cache:
         """``volumeBindingMode`` of a StorageClass, None when it does not exist."""
         return self._one("kf_storage_classes", storage_class)
 
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (as the namespaces watch last showed it)."""
+        return bool(self._one("kf_namespaces", namespace))
+
+    def terminating_namespaces(self) -> frozenset[str]:
+        """Every namespace being deleted."""
+        return frozenset(k for k, _ in self._all("kf_namespaces"))  # type: ignore[misc]
+
     def view(self, pool: str) -> PoolView | None:
         """The pool as the last admission round saw it (its levels, tolerations, resource);
         built now when no round has run yet."""
@@ -278,4 +286,5 @@ class Cache:
                          if time.monotonic() - at < NOMINATION_TTL},
             preempting=frozenset(self.preempt_requests),
             claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
+            terminating=self.terminating_namespaces(),
         )

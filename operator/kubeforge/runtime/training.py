@@ -21,7 +21,8 @@ from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
 from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
-from kubeforge.objects import Key, TrainingJobRecord, current_attempt, placement_of
+from kubeforge.admission import gang_request
+from kubeforge.objects import Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 
@@ -42,7 +43,27 @@ async def gather_bounded(coros: list, limit: int = 32) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
 
-def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext:
+async def namespace_terminating(rt: Runtime, namespace: str, pods: list[Pod]) -> bool:
+    """Whether ``namespace`` is being deleted. The namespaces watch says so, but its event may
+    come after the namespace controller's first pod deletions (another watch): when a pod was
+    deleted by someone else and the watch says nothing yet, the namespace is read once (one
+    GET, only on such a deletion) so that it is never taken for a preemption."""
+    if rt.cache.namespace_terminating(namespace):
+        return True
+    mine = rt.cache.expected(rt.cache.deleted, (namespace, pods[0].job or "")) if pods else set()
+    if not any(p.deleting and not p.terminal and p.name not in mine for p in pods):
+        return False
+    try:
+        body = await rt.client.get("Namespace", None, namespace)
+    except ApiError as e:
+        if e.transient:
+            raise
+        return False  # no right to read it: decide as before
+    md = (body or {}).get("metadata") or {}
+    return body is None or bool(md.get("deletionTimestamp"))
+
+
+def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool = False) -> TrainingContext:
     key = job.key
     pods = rt.cache.job_pods(key)
     placement = placement_of(job.status)
@@ -53,7 +74,17 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
     names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
     nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
     prices = {name: (p.spec.price_per_gpu_hour if p.spec else None) for name, p in rt.cache.pools().items()}
+    view = rt.cache.view(held.pool) if held is not None else None
+    request = pool_nodes = rank = None
+    if view is not None and job.spec is not None:
+        try:
+            request = gang_request(job, view.resource)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            request = None  # a template admission could not read either: the job waits InvalidSpec
+        pool_nodes = {n.name: n for n in view.nodes if n.name in names}
+        rank = rank_gpus(job, view.resource)
     return TrainingContext(
+        request=request, pool_nodes=pool_nodes or {}, rank_gpus=rank, namespace_terminating=terminating,
         claim_wait=_claim_wait(rt, job),
         now=now, pods=pods, nodes=nodes, assumed=assumed,
         waiting=rt.cache.waiting.get(key), last_wait_write=rt.cache.last_wait_write.get(key, 0.0),
@@ -86,7 +117,8 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         return None
     job = rt.cache.effective(key, rec)
     now = time.time()
-    plan = plan_training(job, _context(rt, job, now))
+    terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
+    plan = plan_training(job, _context(rt, job, now, terminating))
     if not await _write_status(rt, job, plan, now):
         return 1.0
     await _apply(rt, job, plan)
