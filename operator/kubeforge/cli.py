@@ -66,6 +66,74 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
         sys.exit(3)  # leadership lost: restart as a follower
 
 
+def _addresses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--own-address`` values, each possibly a comma-separated list (``status.podIPs``)."""
+    import ipaddress
+
+    out = []
+    for v in value:
+        for a in v.replace(",", " ").split():
+            try:
+                out.append(str(ipaddress.ip_address(a)))
+            except ValueError:
+                raise click.BadParameter(f"{a!r} is not an IP address") from None
+    return tuple(out)
+
+
+@main.command("activator")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address the proxy port binds.")
+@click.option("--port", default=8012, show_default=True, type=click.IntRange(1, 65535),
+              help="The proxy port: what the operator's 'activator' EndpointSlices point at.")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True,
+              help="Address of the metrics and health port.")
+@click.option("--metrics-port", default=9090, show_default=True, type=click.IntRange(1, 65535),
+              help="Port of GET /metrics, /healthz (alive) and /readyz (EndpointSlices listed).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A kubeconfig file. Default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config.")
+@click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1),
+              help="Largest request body accepted (413 beyond); held bodies are kept in memory.")
+@click.option("--max-requests", default=10_000, show_default=True, type=click.IntRange(1),
+              help="Requests held or forwarded at once, all services together (503 with Retry-After beyond).")
+@click.option("--forward-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a forwarded request may take, to the last byte of its response (504 beyond).")
+@click.option("--connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds to connect to a backend; a refused or timed-out connection tries another one.")
+@click.option("--retry-after", default=10, show_default=True, type=click.IntRange(0, 3600),
+              help="Seconds in the Retry-After header of 429 (queue full) and 503 (hold timeout) answers.")
+@click.option("--shutdown-grace", default=25.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to keep serving after SIGTERM while requests are held or in flight.")
+@click.option("--own-address", "own_addresses", multiple=True, envvar="POD_IPS", callback=_addresses,
+              help="This pod's IP addresses (repeatable or comma-separated; default $POD_IPS): never forwarded to.")
+@click.option("--identity", envvar="POD_NAME", default=None,
+              help="Value of the X-Kubeforge-Activator marker on forwarded requests (default: $POD_NAME, else the host name).")
+@click.option("--backend-override", default=None, metavar="URL",
+              help="FOR THE LOCAL SIMULATOR ONLY (kwok pods have fake IPs and there is no kube-proxy): send every "
+                   "forward to URL instead of the ready replica's address, keeping the Host header.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def activator_cmd(address: str, port: int, metrics_address: str, metrics_port: int, kubeconfig: str | None,
+                  max_body_bytes: int, max_requests: int, forward_timeout: float, connect_timeout: float,
+                  retry_after: int, shutdown_grace: float, own_addresses: tuple[str, ...], identity: str | None,
+                  backend_override: str | None, verbose: bool) -> None:
+    """Run the activator: hold requests for InferenceServices at zero ready replicas, forward
+    them once a replica is Ready (see docs/install.md, "The activator")."""
+    import asyncio
+    import socket
+
+    from kubeforge.activator import ActivatorConfig, serve
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if backend_override and not backend_override.startswith(("http://", "https://")):
+        raise click.BadParameter("must be an http:// or https:// URL", param_hint="--backend-override")
+    config = ActivatorConfig(max_body_bytes=max_body_bytes, max_requests=max_requests, forward_timeout=forward_timeout,
+                             connect_timeout=connect_timeout, retry_after=retry_after,
+                             backend_override=backend_override, own_addresses=own_addresses,
+                             identity=identity or socket.gethostname())
+    asyncio.run(serve(config, address=address, port=port, metrics_address=metrics_address, metrics_port=metrics_port,
+                      kubeconfig=kubeconfig, shutdown_grace=shutdown_grace))
+
+
 @main.group()
 def sim() -> None:
     """The local GPU cluster: a real control plane with kwok-simulated GPU nodes."""

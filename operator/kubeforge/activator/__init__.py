@@ -12,11 +12,14 @@ Layers: :mod:`._slices`, :mod:`._route` and :mod:`._hold` are pure (``now`` is a
 """
 
 from ._hold import Admission, Answer, AnswerKind, Forward, Hold, Reject, RequestBuffer
+from ._main import serve
+from ._metrics import ActivatorMetrics
 from ._route import MARKER_HEADER, SERVICE_HEADER, identify, service_from_header, service_from_host
+from ._server import Activator, ActivatorConfig
 from ._slices import SERVICE_LABEL, Backend, HoldPolicy, ServiceKey, SliceView, parse_slice
 
 __all__ = [
-    "Admission", "Answer", "AnswerKind", "Backend", "Forward",
+    "Activator", "ActivatorConfig", "ActivatorMetrics", "Admission", "Answer", "AnswerKind", "Backend", "Forward",
     "Hold", "HoldPolicy", "MARKER_HEADER", "Reject", "RequestBuffer", "SERVICE_HEADER", "SERVICE_LABEL",
-    "ServiceKey", "SliceView", "identify", "parse_slice", "service_from_header", "service_from_host",
+    "ServiceKey", "SliceView", "identify", "parse_slice", "serve", "service_from_header", "service_from_host",
 ]
