@@ -16,6 +16,19 @@ def main() -> None:
     """kubeforge: gang-placed, topology-aware GPU training jobs and queue-autoscaled inference."""
 
 
+def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, str] | None:
+    """``NAMESPACE/NAME`` of a Service, as (namespace, name)."""
+    import re
+
+    if value is None:
+        return None
+    ns, sep, name = value.partition("/")
+    label = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+    if not sep or not re.match(label, ns) or not re.match(label, name):
+        raise click.BadParameter(f"must be NAMESPACE/NAME (DNS labels), got {value!r}")
+    return ns, name
+
+
 @main.command()
 @click.option("--namespace", "-n", "namespaces", multiple=True,
               help="Watch only these namespaces (repeatable). Default: the whole cluster.")
@@ -32,10 +45,14 @@ def main() -> None:
 @click.option("--prometheus-url-allow", "prometheus_allow", multiple=True,
               help="A URL prefix an InferenceService's prometheusURL must start with (repeatable). "
                    "Default: any URL.")
+@click.option("--activator-service", default=None, metavar="NAMESPACE/NAME", callback=_service_ref,
+              help="The activator's Service (the chart's <release>-activator). InferenceServices with no "
+                   "ready replica get its ready addresses in their EndpointSlice, so requests are held, "
+                   "not refused. Default: none (requests at zero replicas are refused).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
-        verbose: bool) -> None:
+        activator_service: tuple[str, str] | None, verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -51,6 +68,10 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
     logging.getLogger("kubernetes_asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
     if metrics_port:
         metrics.serve(metrics_port, metrics_address)
+    if activator_service:
+        # The InferenceService runtime points services at zero replicas at these addresses once it
+        # writes their EndpointSlices (issue 14 item 4); until then the flag is only validated.
+        logging.getLogger("kubeforge").info("activator Service: %s/%s", *activator_service)
     rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
                                  lease_namespace=lease_namespace, lease_name=lease_name))
     stop = asyncio.Event()
