@@ -288,7 +288,8 @@ class Activator:
             return self._too_large(svc), R.REJECTED
         if fut is not None:
             answer = await fut
-            self.metrics.hold_seconds.labels(*key).observe(answer.held_seconds)
+            if answer.kind in (AnswerKind.RELEASED, AnswerKind.TIMED_OUT):
+                self.metrics.hold_seconds.labels(*key).observe(answer.held_seconds)
             if answer.kind is AnswerKind.TIMED_OUT:
                 return error_response(503, R.HOLD_TIMEOUT, f"{svc} got no ready replica within "
                                       f"{answer.held_seconds:.0f}s (holdSeconds)", svc, self.config.retry_after), R.TIMED_OUT
