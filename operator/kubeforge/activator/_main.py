@@ -72,3 +72,4 @@ async def serve(config: ActivatorConfig, *, address: str, port: int, metrics_add
         await proxy.cleanup()
         await health.cleanup()
         await api.close()
+        log.info("stopped")

@@ -129,7 +129,7 @@ class Activator:
     def _describe(self, old: SliceView | None, new: SliceView) -> None:
         if old is not None and (old.mode, old.addresses, old.port, old.policy) == (new.mode, new.addresses, new.port, new.policy):
             return
-        what = (f"{len(new.addresses)} ready backends" if new.mode == ENDPOINTS_REPLICAS
+        what = (f"{len(new.addresses)} ready address(es)" if new.mode == ENDPOINTS_REPLICAS
                 else f"hold {new.policy.hold_seconds:g}s, queue limit {new.policy.queue_limit}")
         log.info("%s/%s: slice %s says %s (%s)", new.namespace, new.service, new.name, new.mode or "<no mode>", what)
         for p in new.problems:
@@ -145,18 +145,18 @@ class Activator:
             self.metrics.service_gone(key)
 
     def _answer(self, answers: list[Answer]) -> None:
-        released: dict[ServiceKey, int] = {}
+        ended: dict[tuple[ServiceKey, AnswerKind], int] = {}
         for a in answers:
             fut = self._waiters.pop(a.rid, None)
             if fut is not None and not fut.done():
                 fut.set_result(a)
             elif a.backend is not None:  # nobody waits for it any more: its forward never starts
                 self.buffer.done(a.key, a.backend)
-            if a.kind is AnswerKind.RELEASED:
-                released[a.key] = released.get(a.key, 0) + 1
+            ended[(a.key, a.kind)] = ended.get((a.key, a.kind), 0) + 1
             self.metrics.held(a.key, self.buffer.held(a.key))
-        for (ns, name), n in sorted(released.items()):
-            log.info("%s/%s: released %d held requests to %d backends", ns, name, n, len(self.buffer.backends((ns, name))))
+        for ((ns, name), kind), n in sorted(ended.items()):
+            where = f" to {len(self.buffer.backends((ns, name)))} backend(s)" if kind is AnswerKind.RELEASED else ""
+            log.info("%s/%s: %d held request(s) %s%s", ns, name, n, _ENDED[kind], where)
 
     def flush(self) -> None:
         """Answer every held request 503 (shutting down)."""
@@ -306,6 +306,11 @@ class Activator:
         return await forward(self._session, request, body, flight.backend,
                              lambda tried: self.buffer.pick(key, tried),
                              lambda b: self.buffer.done(key, b), self._forward, svc)
+
+
+_ENDED = {AnswerKind.RELEASED: "released", AnswerKind.TIMED_OUT: "timed out (503)",
+          AnswerKind.EVICTED: "evicted (429: queue limit lowered)",
+          AnswerKind.REMOVED: "answered 503 (slice deleted or activator stopping)"}
 
 
 @dataclass
