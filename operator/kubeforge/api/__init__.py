@@ -12,6 +12,19 @@ The CRDs in ``crds/`` are generated from these models by :mod:`kubeforge.api.crd
 """
 
 from .. import API_VERSION, GROUP, VERSION
+from ._activation import (
+    DEFAULT_ACTIVATION_HOLD_SECONDS,
+    DEFAULT_ACTIVATION_QUEUE_LIMIT,
+    ENDPOINT_PORT_NAME,
+    ENDPOINTS_ACTIVATOR,
+    ENDPOINTS_LABEL,
+    ENDPOINTS_REPLICAS,
+    HOLD_SECONDS_ANNOTATION,
+    MAX_ACTIVATION_HOLD_SECONDS,
+    MAX_ACTIVATION_QUEUE_LIMIT,
+    QUEUE_LIMIT_ANNOTATION,
+    Activation,
+)
 from ._base import KubeModel
 from ._core import (
     Condition,
@@ -143,6 +156,18 @@ __all__ = [
     "ScaleDownRules",
     "ScaleUpRules",
     "ServingTopology",
+    # activation (the activator's contract with the operator)
+    "DEFAULT_ACTIVATION_HOLD_SECONDS",
+    "DEFAULT_ACTIVATION_QUEUE_LIMIT",
+    "ENDPOINT_PORT_NAME",
+    "ENDPOINTS_ACTIVATOR",
+    "ENDPOINTS_LABEL",
+    "ENDPOINTS_REPLICAS",
+    "HOLD_SECONDS_ANNOTATION",
+    "MAX_ACTIVATION_HOLD_SECONDS",
+    "MAX_ACTIVATION_QUEUE_LIMIT",
+    "QUEUE_LIMIT_ANNOTATION",
+    "Activation",
     # parsing
     "RESOURCE_KINDS",
     "Resource",
