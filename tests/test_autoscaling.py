@@ -357,7 +357,7 @@ def test_from_spec_defaults_are_the_api_models_defaults():
     a, up, down = Autoscaling(), ScaleUpRules(), ScaleDownRules()
     fields = InferenceServiceSpec.model_fields
     assert (p.min_replicas, p.max_replicas, p.gpus_per_replica) == (
-        fields["min_replicas"].default, fields["max_replicas"].default, fields["gpus_per_replica"].default)
+        fields["min_replicas"].default, fields["max_replicas"].default, 1)  # replica_gpus: 1 unless parallelism
     assert (p.target_per_replica, p.tolerance, p.activation_threshold, p.scale_to_zero_after_seconds) == (
         a.target_per_replica, a.tolerance, a.activation_threshold, a.scale_to_zero_after_seconds)
     assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (

@@ -88,6 +88,10 @@ def fleet() -> SimCluster:
     services = [
         mk_service("chat", ns="serve", pools=["all"], gpus=1),
         mk_service("big", ns="serve", pools=["od"], gpus=2, topology={"mode": "Required", "level": "nvlink"}),
+        # a 405B-class replica: tensor 8 x pipeline 2 = two whole 8-GPU nodes of one NVLink domain,
+        # competing with the gangs for the same domains (issue 13)
+        mk_service("llm405", ns="serve", pools=["od"], gpus=None, parallelism={"tensor": 8, "pipeline": 2},
+                   topology={"mode": "Required", "level": "nvlink"}),
     ]
     return SimCluster(nodes, pools, services)
 
@@ -125,7 +129,7 @@ events = st.one_of(
     st.tuples(st.just("delete"), picks),
     st.tuples(st.just("foreign"), st.sampled_from([1, 2, 4, 8]), st.integers(0, 7)),
     st.tuples(st.just("foreign-done"), picks),
-    st.tuples(st.just("serve"), st.integers(0, 1)),
+    st.tuples(st.just("serve"), st.integers(0, 2)),
     st.tuples(st.just("unserve"), picks),
     st.tuples(st.just("time"), st.sampled_from([1, 15, 45, 400])),
     st.tuples(st.just("crash")),
@@ -158,7 +162,7 @@ def random_event(rng: random.Random) -> tuple:
     if kind == "foreign":
         return ("foreign", rng.choice([1, 2, 4, 8]), rng.randrange(8))
     if kind == "serve":
-        return ("serve", rng.randrange(2))
+        return ("serve", rng.randrange(3))
     if kind == "time":
         return ("time", rng.choice([1, 15, 45, 400]))
     if kind == "crash":
@@ -283,18 +287,14 @@ class World:
                 pk = keys[ev[1] % len(keys)]
                 sim.set_pod(pk, phase="Succeeded")
                 note = pk[1]
-        elif kind == "serve":
-            svc = sorted(sim.services)[ev[1]]
-            name = f"{svc[1]}-r{self.n}"
-            self.n += 1
-            sim.add_serving_pod(svc, name)
-            note = name
-        elif kind == "unserve":
-            keys = sorted(k for k, sp in sim.pods.items() if sp.pod.service and not sp.pod.deleting)
-            if keys:
-                pk = keys[ev[1] % len(keys)]
-                sim.delete_pod(pk)
-                note = pk[1]
+        elif kind == "serve":  # its autoscaler asks for one more replica group
+            svc = sorted(sim.services)[ev[1] % len(sim.services)]
+            sim.scale_service(svc, +1)
+            note = svc[1]
+        elif kind == "unserve":  # ... or one fewer
+            svc = sorted(sim.services)[ev[1] % len(sim.services)]
+            sim.scale_service(svc, -1)
+            note = svc[1]
         elif kind == "time":
             sim.advance(ev[1])
             note = f"+{ev[1]}s"

@@ -1,13 +1,16 @@
-"""What a TrainingJob asks placement for: one function, used by the admission round for every
-pool it tries and by the lifecycle when it asks why a worker will not bind. Pure."""
+"""What work asks placement for: a TrainingJob's gang (used by the admission round for every pool
+it tries and by the lifecycle when it asks why a worker will not bind) and an InferenceService's
+replica group (its shape in a pool: pods, GPUs each, topology). Pure."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubeforge.admission._pools import PoolView
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, TrainingJobSpec
 from kubeforge.builders.training import job_labels
-from kubeforge.objects import ROLE_LABEL, WORKER_ROLE, Record, rank_requests
+from kubeforge.objects import ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
 from kubeforge.placement import HOSTNAME_LABEL, GangRequest, NodeFilter
 from kubeforge.selectors import selector_matches
 
@@ -61,4 +64,91 @@ def gang_request(job: Record, resource: str = DEFAULT_GPU_RESOURCE_NAME) -> Gang
         needs=needs,
         one_per_node=one,
         spread_keys=keys,
+    )
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """One replica of a service in a pool.
+
+    Attributes:
+        pool: The pool.
+        pods: Pods per replica (``nodesPerReplica``), one per node.
+        gpus: GPUs given to each pod's main container (``gpusPerReplica / pods``).
+        held: What each pod holds by the scheduler's rule (sidecars and init containers
+            included): what the ledger books per node.
+        needs: What each pod requests besides GPUs (cpu millicores, memory bytes, ...).
+        mode: Placement mode of a group: ``Required`` / ``Preferred`` at ``level`` for groups
+            of several pods, ``None`` for one pod.
+        level: The topology level whose one domain holds a group, or None.
+    """
+
+    pool: str
+    pods: int
+    gpus: int
+    held: int
+    needs: Mapping[str, int] = field(default_factory=dict)
+    mode: str = "None"
+    level: str | None = None
+
+
+def group_shape(svc: InferenceServiceRecord, view: PoolView) -> GroupShape | str:
+    """The shape of ``svc``'s replicas in ``view``, or why they cannot have one there.
+
+    A replica of G GPUs (``gpusPerReplica``, else tensor x pipeline) in a pool whose largest node
+    has N GPUs is one pod of G GPUs when G <= N, else G / N pods of N GPUs each, which needs N to
+    divide G (a tensor x pipeline split over whole nodes, as vLLM and SGLang run it). A group of
+    several pods stays inside one domain of ``topology.level`` (default: the pool's narrowest
+    level, its NVLink domain when detected), ``Required`` unless the spec says otherwise.
+    """
+    spec = svc.spec
+    assert spec is not None
+    total = spec.replica_gpus
+    per_node = max((n.gpus_allocatable for n in view.nodes), default=0)
+    if per_node == 0 or total <= per_node:
+        pods, gpus = 1, total
+    elif total % per_node:
+        return (f"a replica needs {total} GPUs (tensor x pipeline), more than the {per_node} GPUs of one node of pool "
+                f"{view.name} and not a whole number of such nodes: make tensor x pipeline a multiple of {per_node}")
+    else:
+        pods, gpus = total // per_node, per_node
+    needs = dict(rank_requests(svc, view.resource, gpus))
+    held = needs.pop(view.resource, gpus)
+    mode, level = spec.topology.mode.value, spec.topology.level
+    if pods == 1:
+        return GroupShape(view.name, 1, gpus, held, needs, "None", level if mode == "Required" else None)
+    known = [lv.name for lv in view.levels]
+    if level is None:
+        level = known[0] if known else None
+    if level is None or mode == "None":
+        return GroupShape(view.name, pods, gpus, held, needs, "None", None)
+    if level not in known and mode == "Required":
+        return f"topology.level {level!r} is not a level of pool {view.name} ({', '.join(known) or 'none'})"
+    return GroupShape(view.name, pods, gpus, held, needs, mode, level)
+
+
+def group_request(svc: InferenceServiceRecord, view: PoolView, shape: GroupShape) -> GangRequest:
+    """The placement request of one replica group: its pods as one gang, one pod per node,
+    inside one domain of ``shape.level``; a one-pod replica with ``topology.mode: Required`` and
+    a level needs a node that belongs to a domain of that level."""
+    spec = svc.spec
+    assert spec is not None
+    tmpl = spec.template.spec
+    nf = NodeFilter.from_pod_spec(tmpl)
+    if shape.pods == 1 and shape.level is not None:
+        label = next((lv.node_label for lv in view.levels if lv.name == shape.level), None)
+        if label is not None:
+            extra = [{"key": label, "operator": "Exists"}]
+            terms = tuple({**t, "matchExpressions": list(t.get("matchExpressions") or []) + extra}
+                          for t in (nf.terms if nf and nf.terms else ({},)))
+            nf = NodeFilter(nf.node_selector if nf else (), terms)
+    return GangRequest(
+        replicas=shape.pods,
+        gpus_per_replica=shape.held,
+        mode=shape.mode,  # type: ignore[arg-type]
+        level=shape.level if shape.pods > 1 else None,
+        tolerations=tuple(tmpl.get("tolerations") or ()),
+        node_filter=nf,
+        needs=shape.needs,
+        one_per_node=shape.pods > 1,
     )

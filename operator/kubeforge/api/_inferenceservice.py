@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .. import API_VERSION
-from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, name_rules, schema_default
+from ._activation import Activation
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, MAX_NAME_LENGTH, KubeModel, name_rules, schema_default
 from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
@@ -183,6 +184,73 @@ class Autoscaling(KubeModel):
         return self
 
 
+class Parallelism(KubeModel):
+    """Parallelism is how one replica's model is split over GPUs (data parallelism is the number
+    of replicas). vLLM's and SGLang's names: tensor parallel inside a node's NVLink, pipeline
+    parallel across nodes."""
+
+    tensor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="tensor is the tensor-parallel size (vLLM --tensor-parallel-size, SGLang --tp-size).",
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=32,
+        description="pipeline is the pipeline-parallel size (vLLM --pipeline-parallel-size, SGLang --pp-size).",
+    )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tensor x pipeline."""
+        return self.tensor * self.pipeline
+
+
+class Engine(str, Enum):
+    """Engine is the model server that runs a multi-node replica; the operator writes its
+    distributed start commands and flags."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    NONE = "none"
+
+
+class StartupPolicy(str, Enum):
+    """StartupPolicy says when a multi-node replica's workers are created (LeaderWorkerSet's
+    names)."""
+
+    LEADER_CREATED = "LeaderCreated"
+    LEADER_READY = "LeaderReady"
+
+
+DEFAULT_MAX_GROUP_RESTARTS = 5
+"""Group recreations allowed before a replica group is marked failed (LeaderWorkerSet KEP-820's
+proposed default)."""
+
+
+class MultiNode(KubeModel):
+    """MultiNode configures replicas whose model spans several nodes: each replica is a group of
+    pods (a leader that serves and is the Service's endpoint, and workers), placed, restarted and
+    scaled as one gang, the LeaderWorkerSet way."""
+
+    startup_policy: StartupPolicy = Field(
+        default=StartupPolicy.LEADER_CREATED,
+        description="startupPolicy is LeaderCreated (all pods of a group are created together, "
+        "LeaderWorkerSet's default) or LeaderReady (workers are created once the leader is Ready).",
+    )
+    max_group_restarts: int = Field(
+        default=DEFAULT_MAX_GROUP_RESTARTS,
+        ge=0,
+        le=1000,
+        description="maxGroupRestarts is how many times a group is recreated after one of its pods "
+        "failed, was evicted, deleted or preempted, or its node was lost, before the group is "
+        "marked failed (its GPUs released, a ReplicaGroupFailed condition and Event) until the "
+        "spec changes. Default 5 (LeaderWorkerSet KEP-820).",
+    )
+
+
 class InferenceServiceSpec(KubeModel):
     """InferenceServiceSpec is the desired state of an InferenceService."""
 
@@ -192,18 +260,70 @@ class InferenceServiceSpec(KubeModel):
                 {
                     "rule": "self.minReplicas <= self.maxReplicas",
                     "message": "minReplicas must be less than or equal to maxReplicas",
-                }
+                },
+                {
+                    "rule": "!has(self.parallelism) || !has(self.gpusPerReplica) || "
+                    "self.gpusPerReplica == self.parallelism.tensor * self.parallelism.pipeline",
+                    "message": "gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)",
+                },
             ]
         }
     )
 
     pools: list[PoolName] = pools_field("service's replicas")
-    gpus_per_replica: int = Field(
-        default=1,
+    gpus_per_replica: Optional[int] = Field(
+        default=None,
         ge=1,
         le=64,
-        description="gpusPerReplica is the number of GPUs each replica (model-server pod) "
-        "requests.",
+        description="gpusPerReplica is the number of GPUs of one replica. Default: "
+        "parallelism.tensor x parallelism.pipeline when parallelism is set, else 1. When a "
+        "replica needs more GPUs than one node of the pool has, it becomes a group of pods, one per "
+        "node, each taking a whole node's GPUs.",
+    )
+    parallelism: Optional[Parallelism] = Field(
+        default=None,
+        description="parallelism is the tensor x pipeline split of one replica's model. A replica "
+        "larger than a node of the pool runs as a group of nodesPerReplica = tensor x pipeline / "
+        "GPUs per node pods (which must divide evenly), inside one domain of topology.level.",
+    )
+    engine: Engine = Field(
+        default=Engine.VLLM,
+        description="engine is vllm (default), sglang or none. For a replica of several pods the "
+        "operator writes the engine's distributed start into the leader and workers (vllm: ray "
+        "head on the leader, then the template's command with --tensor-parallel-size and "
+        "--pipeline-parallel-size; workers join the leader's ray cluster; sglang: --tp-size, "
+        "--pp-size, --nnodes, --node-rank and --dist-init-addr on every pod); none leaves the "
+        "template's command alone. Every pod gets LeaderWorkerSet's LWS_LEADER_ADDRESS, "
+        "LWS_GROUP_SIZE and LWS_WORKER_INDEX either way.",
+    )
+    multi_node: MultiNode = Field(
+        default_factory=MultiNode,
+        description="multiNode configures replicas of several pods.",
+        json_schema_extra=schema_default(MultiNode),
+    )
+    startup_timeout_seconds: int = Field(
+        default=600,
+        ge=30,
+        le=86400,
+        description="startupTimeoutSeconds: a replica whose pods are not all bound and started "
+        "this long after they were given their nodes is placed again elsewhere (counted in "
+        "status, reason in its condition and one Warning Event). A pod that is bound and pulling "
+        "its image or loading its model is not cut short for being slow; only one that cannot be "
+        "scheduled or is stuck (ErrImagePull, CrashLoopBackOff, ...) is.",
+    )
+    drain_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="drainSeconds: a replica removed by a scale-down or a rollout first leaves the "
+        "Service (no new requests) and is deleted once its running requests reach 0 "
+        "(vllm:num_requests_running) or after this many seconds.",
+    )
+    activation: Activation = Field(
+        default_factory=Activation,
+        description="activation says how requests that arrive while no replica is ready are held "
+        "by the kubeforge activator.",
+        json_schema_extra=schema_default(Activation),
     )
     template: PodTemplate = Field(
         description="template is the pod template of every replica (a core/v1 "
@@ -247,7 +367,17 @@ class InferenceServiceSpec(KubeModel):
     def _min_below_max(self) -> "InferenceServiceSpec":
         if self.min_replicas > self.max_replicas:
             raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        if self.parallelism is not None and self.gpus_per_replica is not None and \
+                self.gpus_per_replica != self.parallelism.gpus:
+            raise ValueError("gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)")
         return self
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one replica: gpusPerReplica, else tensor x pipeline, else 1 (the defaults)."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        return self.parallelism.gpus if self.parallelism is not None else 1
 
 
 class ScaleDirection(str, Enum):
@@ -255,6 +385,56 @@ class ScaleDirection(str, Enum):
 
     UP = "Up"
     DOWN = "Down"
+
+
+class GroupPhase(str, Enum):
+    """GroupPhase is where one replica group is in its life."""
+
+    STARTING = "Starting"
+    READY = "Ready"
+    DRAINING = "Draining"
+    FAILED = "Failed"
+
+
+class DrainReason(str, Enum):
+    """DrainReason says why a group is draining."""
+
+    SCALE_DOWN = "ScaleDown"
+    ROLLOUT = "Rollout"
+
+
+class ReplicaGroup(KubeModel):
+    """ReplicaGroup is one replica: its pods' nodes (leader first), where they are and how it is."""
+
+    index: int = Field(ge=0, le=10000, description="index of the group (pods carry it as kubeforge.io/group-index).")
+    attempt: int = Field(default=0, ge=0, description="attempt moves by one each time the group is recreated; "
+                         "pods carry it as kubeforge.io/restart-attempt.")
+    phase: GroupPhase = Field(default=GroupPhase.STARTING, description="phase is Starting, Ready, Draining or Failed.")
+    pool: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="pool is the GPUPool the group is in.")
+    level: Optional[str] = Field(default=None, max_length=MAX_LABEL_LENGTH, description="level is the topology level "
+                                 "whose one domain holds the group.")
+    domain: Optional[str] = Field(default=None, max_length=MAX_LABEL_LENGTH, description="domain is that domain.")
+    nodes: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH)]] = Field(
+        default_factory=list, max_length=64,
+        description="nodes of the group's pods in worker order (the leader's first); empty once released.")
+    gpus_per_pod: int = Field(default=0, ge=0, le=1024, description="gpusPerPod is what each pod holds (the "
+                              "scheduler's count, sidecars included): what the pool books on each node.")
+    leader: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="leader is the leader pod's name.")
+    template_hash: Optional[str] = Field(default=None, max_length=64, description="templateHash of the pods; a "
+                                         "different one rolls the group out.")
+    admitted_at: Optional[datetime] = Field(default=None, description="admittedAt is when the group got its nodes.")
+    ready_since: Optional[datetime] = Field(default=None, description="readySince is when every pod of the group "
+                                            "became Running and the leader Ready.")
+    draining_since: Optional[datetime] = Field(default=None, description="drainingSince is when the group left "
+                                               "the Service before being deleted.")
+    drain_for: Optional[DrainReason] = Field(default=None, description="drainFor is ScaleDown (deleted once "
+                                             "drained) or Rollout (recreated from the new template once drained).")
+    restarts: int = Field(default=0, ge=0, description="restarts counts recreations after a pod or node was lost "
+                          "(bounded by multiNode.maxGroupRestarts).")
+    startup_failures: int = Field(default=0, ge=0, description="startupFailures counts placements that did not "
+                                  "start (startupTimeoutSeconds, a node it could not be scheduled on).")
+    message: Optional[str] = Field(default=None, max_length=4096, description="message says what the group "
+                                   "waits for or why it failed.")
 
 
 class InferenceServiceStatus(KubeModel):
@@ -287,7 +467,18 @@ class InferenceServiceStatus(KubeModel):
     last_scale_direction: Optional[ScaleDirection] = Field(
         default=None, description="lastScaleDirection is Up or Down."
     )
-    conditions: list[Condition] = conditions_field("Ready, ScalingActive, ScalingLimited")
+    groups: list[ReplicaGroup] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="groups are the replicas that hold GPUs (one group of one or more pods each), by index.",
+    )
+    nodes_per_replica: Optional[int] = Field(
+        default=None, ge=1, le=64,
+        description="nodesPerReplica is the pods (one per node) of one replica, from parallelism and the "
+        "pool's GPUs per node.",
+    )
+    conditions: list[Condition] = conditions_field(
+        "Ready, ScalingActive, ScalingLimited, ReplicaGroupFailed")
     url: Optional[str] = Field(
         default=None,
         max_length=2048,
@@ -314,6 +505,7 @@ class InferenceService(KubeModel):
     PRINTER_COLUMNS: ClassVar[tuple[dict[str, Any], ...]] = (
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+        {"name": "Nodes/Replica", "type": "integer", "jsonPath": ".status.nodesPerReplica"},
         {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.lastMetricValue"},

@@ -13,10 +13,11 @@ from kubeforge.lifecycle._plan import (
     TrainingContext, TrainingPlan,
 )
 from kubeforge.lifecycle._progress import claim_wait
+from kubeforge.lifecycle._startup import own_constraint_cause
 from kubeforge.lifecycle._training import plan_training
 
 __all__ = [
     "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "backoff", "checkpoint_from",
-    "disruption_reasons", "plan_training", "rejected_by_kubelet",
+    "disruption_reasons", "own_constraint_cause", "plan_training", "rejected_by_kubelet",
 ]

@@ -140,6 +140,17 @@ def _requires(template: Mapping[str, Any], field: str) -> bool:
     return bool(aff.get("requiredDuringSchedulingIgnoredDuringExecution"))
 
 
+def own_constraint_cause(template: Mapping[str, Any], pod: Pod) -> str | None:
+    """Why kube-scheduler refuses ``pod`` on its node because of the template's own hard
+    inter-pod constraints (the scheduler's message names their filter, and the template sets
+    them: :data:`SCHEDULER_OWN_CONSTRAINT_REASONS`), or None."""
+    message = pod.unschedulable_message or ""
+    for text, field in SCHEDULER_OWN_CONSTRAINT_REASONS.items():
+        if text in message and _requires(template, field):
+            return f"the template's {field} cannot be met on node {pod.where} (kube-scheduler: {message[:300]})"
+    return None
+
+
 def template_cause(ctx: TrainingContext, template: Mapping[str, Any], pod: Pod) -> str | None:
     """Why the job's own template keeps ``pod`` off its node, or None when it does not explain
     kube-scheduler's (or the kubelet's) answer: the same predicate placement filters nodes with
@@ -152,11 +163,7 @@ def template_cause(ctx: TrainingContext, template: Mapping[str, Any], pod: Pod) 
         why = node_misfit(ctx.request, info)
         if why:
             return why
-    message = pod.unschedulable_message or ""
-    for text, field in SCHEDULER_OWN_CONSTRAINT_REASONS.items():
-        if text in message and _requires(template, field):
-            return f"the template's {field} cannot be met on node {node} (kube-scheduler: {message[:300]})"
-    return None
+    return own_constraint_cause(template, pod)
 
 
 def blame_template(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, pod: Pod, cause: str) -> None:

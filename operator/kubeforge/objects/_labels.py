@@ -26,3 +26,12 @@ GANG_GATE = "kubeforge.io/gang"
 """Scheduling gate of TrainingJob workers made by kubeforge 0.1 (created gated, ungated
 together). Workers are now created already placed and ungated; a worker still carrying this
 gate (made before an upgrade) has it lifted."""
+GROUP_INDEX = "kubeforge.io/group-index"
+"""Label on an InferenceService's pods: the replica group they belong to (LeaderWorkerSet's
+``leaderworkerset.sigs.k8s.io/group-index``; ours, so LWS's pod webhook leaves them alone)."""
+WORKER_INDEX = "kubeforge.io/worker-index"
+"""Label on an InferenceService's pods: their index inside the group, 0 for the leader
+(LeaderWorkerSet's ``leaderworkerset.sigs.k8s.io/worker-index``)."""
+GROUP_ROLE = "kubeforge.io/group-role"
+"""Label on an InferenceService's pods: ``leader`` or ``worker``."""
+LEADER_ROLE = "leader"

@@ -10,7 +10,8 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.api._base import to_plain
 from kubeforge.objects._labels import (
-    ADMISSION_GATE, ASSIGNED_NODE, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
+    ADMISSION_GATE, ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
+    WORKER_INDEX,
 )
 from kubeforge.objects._node import NATIVE_RESOURCES, _time, parse_quantity_count, quantity_value
 
@@ -63,6 +64,10 @@ class Pod:
         affinity: ``spec.affinity`` of a pod waiting behind the admission gate (kept only for
             those: the admission round narrows it), else None.
         annotated: The pod has annotations (a JSON patch adds to them or creates them).
+        group: ``kubeforge.io/group-index`` of an InferenceService's pod, or None.
+        worker: ``kubeforge.io/worker-index`` (0, the leader, when absent).
+        ip: ``status.podIP``, or None.
+        container_restarts: Sum of its containers' ``restartCount``.
     """
 
     namespace: str
@@ -89,6 +94,10 @@ class Pod:
     created: float = 0.0
     affinity: Mapping[str, Any] | None = None
     annotated: bool = False
+    group: int | None = None
+    worker: int = 0
+    ip: str | None = None
+    container_restarts: int = 0
 
     @property
     def gated(self) -> bool:
@@ -294,4 +303,8 @@ def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
         created=_time(md.get("creationTimestamp")) or 0.0,
         affinity=to_plain(spec.get("affinity") or {}) if ADMISSION_GATE in gates else None,
         annotated=bool(md.get("annotations")),
+        group=_int(labels.get(GROUP_INDEX), -1) if labels.get(GROUP_INDEX) is not None else None,
+        worker=_int(labels.get(WORKER_INDEX)),
+        ip=st.get("podIP") or None,
+        container_restarts=sum(_int(cs.get("restartCount")) for cs in st.get("containerStatuses") or []),
     )
