@@ -577,7 +577,7 @@ def live(cluster_name: str, trace_path: Path, compression: float = 6.0, start_mi
         {"name": "g", "count": 2, "capacityType": "on-demand", "gpu": {"count": 8}, "labels": {"kubeforge.io/test-fleet": ns}}]})
     nodes = node_manifests(f)
     c.apply_nodes(nodes)
-    apps = client.AppsV1Api(config.new_client_from_config(config_file=c.kubeconfig))
+    objs = client.CustomObjectsApi(config.new_client_from_config(config_file=c.kubeconfig))
     sim = ModelServerSim(kubeconfig=c.kubeconfig).start()
     prom = Prometheus([sim.target]).start()
     rc = 0
@@ -595,7 +595,8 @@ def live(cluster_name: str, trace_path: Path, compression: float = 6.0, start_mi
 
         def asked() -> int | None:
             try:
-                return int(apps.read_namespaced_deployment(name="chat", namespace=ns).spec.replicas or 0)
+                svc = objs.get_namespaced_custom_object("kubeforge.io", "v1alpha1", ns, "inferenceservices", "chat")
+                return int((svc.get("status") or {}).get("desiredReplicas") or 0)
             except Exception:  # noqa: BLE001
                 return None
 

@@ -107,12 +107,13 @@ def test_clusterrole_is_least_privilege(docs):
         assert verbs("kubeforge.io", plural) == {"get", "list", "watch"}  # never writes spec (GitOps)
         assert verbs("kubeforge.io", f"{plural}/status") == {"patch"}
     assert verbs("", "pods") == {"get", "list", "watch", "create", "delete", "patch"}
-    assert verbs("", "services") == {"get", "list", "watch", "create", "delete"}
+    assert verbs("", "services") == {"get", "list", "watch", "create", "patch", "delete"}
+    assert verbs("discovery.k8s.io", "endpointslices") == {"get", "list", "create", "patch"}
     assert verbs("", "persistentvolumeclaims") == {"get", "list", "watch", "create", "delete"}
-    assert verbs("apps", "deployments") == {"get", "list", "watch", "create", "patch", "delete"}
-    assert verbs("apps", "deployments/scale") == {"patch"}  # the autoscaler scales through it
+    assert verbs("apps", "deployments") == {"get", "list", "watch", "delete"}  # 0.1's, deleted once
+    assert verbs("apps", "deployments/scale") == set()  # replica groups, not a Deployment, are scaled
     assert verbs("", "nodes") == {"get", "list", "watch"}
-    assert verbs("", "namespaces") == {"list", "watch"}
+    assert verbs("", "namespaces") == {"get", "list", "watch"}
     assert verbs("", "events") == {"create", "patch"}
     assert verbs("events.k8s.io", "events") == {"create", "patch"}
     assert verbs("apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}

@@ -75,7 +75,8 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
         # writes their EndpointSlices (issue 14 item 4); until then the flag is only validated.
         logging.getLogger("kubeforge").info("activator Service: %s/%s", *activator_service)
     rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
-                                 lease_namespace=lease_namespace, lease_name=lease_name))
+                                 lease_namespace=lease_namespace, lease_name=lease_name,
+                                 activator_service=activator_service))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,

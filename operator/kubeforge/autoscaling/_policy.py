@@ -131,7 +131,7 @@ class AutoscalingPolicy:
             scale_down_stabilization_seconds=float(a.scale_down.stabilization_window_seconds),
             scale_down_max_step=a.scale_down.max_step,
             scale_down_period_seconds=float(a.scale_down.period_seconds),
-            gpus_per_replica=spec.gpus_per_replica,
+            gpus_per_replica=spec.replica_gpus,
         )
 
     def __post_init__(self) -> None:

@@ -63,10 +63,15 @@ RESOURCES: dict[str, Resource] = {
     "Deployment": Resource("/apis/apps/v1", "deployments"),
     "Lease": Resource("/apis/coordination.k8s.io/v1", "leases"),
     "Namespace": Resource("/api/v1", "namespaces", namespaced=False),
+    "EndpointSlice": Resource("/apis/discovery.k8s.io/v1", "endpointslices"),
     "TrainingJob": Resource(_OURS, "trainingjobs"),
     "InferenceService": Resource(_OURS, "inferenceservices"),
     "GPUPool": Resource(_OURS, "gpupools", namespaced=False),
 }
+
+
+FIELD_MANAGER = "kubeforge"
+"""The field manager of the operator's server-side applies."""
 
 
 class ApiError(Exception):
@@ -224,6 +229,13 @@ class KubeClient:
         ctype = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}[patch_type]
         return await self.request("PATCH", r.path(namespace, name, sub), body, content_type=ctype, read=read,
                                   resource=f"{r.plural}/{sub}" if sub else r.plural)
+
+    async def apply(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply ``body`` as field manager ``kubeforge`` (force: the operator owns
+        the object), creating it when absent."""
+        r = RESOURCES[kind]
+        await self.request("PATCH", r.path(namespace, name), body, content_type="application/apply-patch+yaml",
+                           query={"fieldManager": FIELD_MANAGER, "force": "true"}, resource=r.plural)
 
     async def patch_status(self, kind: str, namespace: str | None, name: str, status: Mapping[str, Any],
                            resource_version: str | None = None) -> dict | None:

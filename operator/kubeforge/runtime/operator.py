@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from kubeforge.runtime import indexes  # noqa: F401  (registers the indexes)
+from kubeforge.runtime.activator import activator_loop
 from kubeforge.runtime.admission import admission_loop
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink
@@ -46,6 +47,7 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 DISCOVERY = {
     "/api/v1": ("pods", "nodes", "persistentvolumeclaims", "services", "namespaces"),
+    "/apis/discovery.k8s.io/v1": ("endpointslices",),
     "/apis/apps/v1": ("deployments",),
     "/apis/storage.k8s.io/v1": ("storageclasses",),
     "/apis/kubeforge.io/v1alpha1": ("trainingjobs", "inferenceservices", "gpupools"),
@@ -111,6 +113,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         asyncio.create_task(admission_loop(rt), name="admission"),
         asyncio.create_task(pool_status_loop(rt), name="pool-status"),
         asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
+        asyncio.create_task(activator_loop(rt), name="activator-endpoints"),
     ]
 
 

@@ -24,6 +24,8 @@ class Options:
         lease_namespace: Namespace of the leader Lease.
         lease_name: Name of the leader Lease.
         identity: This process's identity in the Lease.
+        activator_service: ``(namespace, name)`` of the activator's Service, or None: services
+            with no ready replica then get its addresses as their endpoints.
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -31,6 +33,7 @@ class Options:
     lease_namespace: str = "default"
     lease_name: str = "kubeforge-operator"
     identity: str = ""
+    activator_service: tuple[str, str] | None = None
 
 
 @dataclass
