@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubeforge.api import InferenceServiceSpec
-from kubeforge.api._inferenceservice import Autoscaling, ScaleDownRules, ScaleUpRules
+from kubeforge.api._inferenceservice import Autoscaling, LatencySLO, ScaleDownRules, ScaleUpRules
 from kubeforge.autoscaling import (
     MAX_EVENTS,
     MAX_RECOMMENDATIONS,
@@ -23,6 +23,7 @@ from kubeforge.autoscaling import (
     AutoscalerState,
     AutoscalingPolicy,
     Decision,
+    SLOPolicy,
     Sample,
     decide,
     fresh_value,
@@ -335,7 +336,10 @@ def test_fresh_value():
 def test_policy_carries_no_default_of_its_own_but_panic_threshold():
     defaulted = {f.name for f in dataclasses.fields(AutoscalingPolicy)
                  if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    assert defaulted == {"panic_threshold"}  # every other default lives in kubeforge.api
+    # every other default lives in kubeforge.api; slo=None is not a default but "no slo in the
+    # spec" (queue-depth mode), as from_spec of a spec without one gives
+    assert defaulted == {"panic_threshold", "slo"}
+    assert AutoscalingPolicy.from_spec(spec()).slo is None
     with pytest.raises(TypeError):
         AutoscalingPolicy()  # type: ignore[call-arg]
 
@@ -350,6 +354,11 @@ def test_from_spec_reads_every_field():
         scale_to_zero_after_seconds=120.0, scale_up_stabilization_seconds=7.0, scale_up_max_step=3,
         scale_up_period_seconds=11.0, scale_down_stabilization_seconds=77.0, scale_down_max_step=5,
         scale_down_period_seconds=13.0, gpus_per_replica=8, panic_threshold=PANIC_THRESHOLD)
+    s2 = spec(autoscaling={"slo": {"timeToFirstTokenSeconds": 1.5, "interTokenLatencySeconds": 0.08,
+                                   "percentile": 99, "windowSeconds": 30}})
+    assert AutoscalingPolicy.from_spec(s2).slo == SLOPolicy(1.5, 0.08, 99.0, 30.0)
+    assert AutoscalingPolicy.from_spec(spec(autoscaling={"slo": {"timeToFirstTokenSeconds": 2}})).slo == SLOPolicy(
+        2.0, None, LatencySLO.model_fields["percentile"].default, float(LatencySLO.model_fields["window_seconds"].default))
 
 
 def test_from_spec_defaults_are_the_api_models_defaults():
