@@ -345,6 +345,7 @@ def test_queries_against_a_real_prometheus_and_the_simulator():
             assert s.replicas == 2 and s.running == 8 and s.saturated_running == 4, s  # 2 replicas x 4 slots, queueing
             assert s.waiting > 0 and s.queue == s.waiting and s.error("held") == "no series"
             assert 0 < s.kv_cache_usage <= 1 and s.admission_rate > 0 and s.service_seconds > 0.2
+            assert s.admission_rate_recent > 0 and 0 < s.running_mean <= 8
             assert s.ttft > 0.2 and 0.02 <= s.itl < 0.1 and s.prefill > 0
             idle = aread(prom.url, "idle")
             assert (idle.held, idle.queue, idle.running) == (4.0, 4.0, None)  # at zero: the activator's queue

@@ -89,6 +89,20 @@ def test_router_joins_the_shortest_queue_and_holds_at_zero():
     assert by_id(s)[0].queue_wait == pytest.approx(1.5)  # the hold counts in its wait and TTFT
 
 
+def test_gateway_holds_while_every_replica_is_saturated_then_binds_late():
+    m = ServiceModel(slots=1, base_seconds=0.0, prefill_tokens_per_second=1e12, seconds_per_output_token=0.1)
+    s = Service(m, gateway=(1, 1.01))  # queue depth 1; KV never (slots-only model: usage = running / slots)
+    s.set_replicas(["a", "b"], ["a", "b"], 0.0)
+    s.advance(0.01, [Request(0, 0, 10, 0, i) for i in range(5)])  # 1 s each
+    assert [len(r.waiting) for r in s.replicas.values()] == [1, 1] and len(s.held) == 1
+    s.advance(1.05)  # both finish their first at 1.0; the held one goes where room is first
+    assert not s.held
+    s.advance(10)
+    d = by_id(s)
+    assert d[4].ttft == pytest.approx(2.0, abs=0.11)  # held at the gateway, then bound to a replica
+    assert s.aborted == 0
+
+
 def test_draining_replica_finishes_its_requests_and_gets_no_new_ones():
     s = svc(replicas=("a", "b"))
     s.advance(0.1, [Request(0, 0, 20, 0, 1)])

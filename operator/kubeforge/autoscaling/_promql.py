@@ -15,7 +15,7 @@ __all__ = ["SIGNAL_LABEL", "SIGNAL_EXPRESSIONS", "parse_signals_response", "sign
 SIGNAL_LABEL = "kubeforge_signal"
 
 #: ``signal -> PromQL template``; ``{sel}`` is the service's label matcher, ``{w}`` the window,
-#: ``{q}`` the quantile. Every expression returns one series without labels (or none).
+#: ``{step}`` the subquery resolution (a twelfth of it), ``{q}`` the quantile. Every expression returns one series without labels (or none).
 SIGNAL_EXPRESSIONS: dict[str, str] = {
     "waiting": "sum(vllm:num_requests_waiting{sel})",
     "held": "sum(kubeforge_activator_queue_length{sel})",
@@ -25,8 +25,10 @@ SIGNAL_EXPRESSIONS: dict[str, str] = {
     # the running count of replicas that queue: what one replica holds at most, measured
     "saturated_running": "max(vllm:num_requests_running{sel} and on(pod) (vllm:num_requests_waiting{sel} > 0))",
     "admission_rate": "sum(rate(vllm:time_to_first_token_seconds_count{sel}[{w}]))",
+    "admission_rate_recent": "sum(irate(vllm:time_to_first_token_seconds_count{sel}[{w}]))",
     "service_seconds": ("sum(rate(vllm:request_inference_time_seconds_sum{sel}[{w}])) / "
                         "sum(rate(vllm:request_inference_time_seconds_count{sel}[{w}]))"),
+    "running_mean": "avg_over_time(sum(vllm:num_requests_running{sel})[{w}:{step}])",
     "ttft": "histogram_quantile({q}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{sel}[{w}])))",
     "itl": "histogram_quantile({q}, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{sel}[{w}])))",
     "prefill": "histogram_quantile({q}, sum by (le) (rate(vllm:request_prefill_time_seconds_bucket{sel}[{w}])))",
@@ -60,10 +62,11 @@ def signals_query(namespace: str, service: str, percentile: float = 90.0, window
     """
     sel = '{namespace="%s",service="%s"}' % (_esc(namespace), _esc(service))
     w = f"{max(1, int(round(window_seconds)))}s"
+    step = f"{max(1, int(round(window_seconds / 12)))}s"  # 12 points of the window for the subquery
     q = repr(round(percentile / 100.0, 6))
     parts = []
     for name, tpl in SIGNAL_EXPRESSIONS.items():
-        expr = tpl.replace("{sel}", sel).replace("{w}", w).replace("{q}", q)
+        expr = tpl.replace("{sel}", sel).replace("{w}", w).replace("{step}", step).replace("{q}", q)
         parts.append(f'label_replace({expr}, "{SIGNAL_LABEL}", "{name}", "", "")')
     return " or ".join(parts)
 

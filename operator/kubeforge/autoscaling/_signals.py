@@ -9,7 +9,7 @@ __all__ = ["SIGNAL_NAMES", "Signals"]
 
 #: Every signal :class:`Signals` carries, in the order ``read_signals`` asks for them.
 SIGNAL_NAMES = ("waiting", "held", "running", "replicas", "kv_cache_usage", "saturated_running",
-                "admission_rate", "service_seconds", "ttft", "itl", "prefill", "queue")
+                "admission_rate", "admission_rate_recent", "running_mean", "service_seconds", "ttft", "itl", "prefill", "queue")
 
 
 def _ok(x: float | None) -> bool:
@@ -37,9 +37,16 @@ class Signals:
             waiting (``max`` of running ``and`` waiting > 0): a replica's concurrency limit
             (``--max-num-seqs`` or its KV cache), measured; ``None`` when no replica queues.
         admission_rate: Requests per second that got their first token
-            (``rate(vllm:time_to_first_token_seconds_count)``): requests leaving the queue.
+            (``rate(vllm:time_to_first_token_seconds_count)`` over the window): requests
+            leaving the queue.
+        admission_rate_recent: The same between the last two scrapes (``irate``): what the
+            replicas admit now, read while requests queue (a burst, or new replicas catching up).
         service_seconds: Mean time a request spends running (prefill + decode), from
-            ``vllm:request_inference_time_seconds`` sum / count.
+            ``vllm:request_inference_time_seconds`` sum / count over the window.
+        running_mean: ``sum(vllm:num_requests_running)`` averaged over the window (a
+            subquery): with ``admission_rate`` over the same window, Little's law gives the
+            mean time in service of every request of the window, those still running included
+            (the finished ones alone under-state it while a ramp fills the batch).
         ttft: ``histogram_quantile`` of ``vllm:time_to_first_token_seconds``.
         itl: ``histogram_quantile`` of ``vllm:inter_token_latency_seconds``.
         prefill: ``histogram_quantile`` of ``vllm:request_prefill_time_seconds``.
@@ -58,7 +65,9 @@ class Signals:
     kv_cache_usage: float | None = None
     saturated_running: float | None = None
     admission_rate: float | None = None
+    admission_rate_recent: float | None = None
     service_seconds: float | None = None
+    running_mean: float | None = None
     ttft: float | None = None
     itl: float | None = None
     prefill: float | None = None

@@ -21,7 +21,7 @@ _GROWTH_MAX_WINDOWS = 1.0
 
 
 def _num(x: float) -> str:
-    return f"{x:.3g}"
+    return f"{x:.3g}" if math.isfinite(x) else "unbounded "
 
 
 @dataclass(frozen=True)
@@ -32,17 +32,18 @@ class SLOSizing:
         needed: Replicas asked for (0 with no demand; ``max_replicas + 1`` when even
             ``max_replicas`` cannot meet the targets), or ``None`` when the model lacks data
             (no request ever ran: nothing measured the service time or a replica's capacity).
-        arrival_rate: Requests per second: admitted + the queue's growth since the last
-            decision, plus the queue itself spread over one window (its backlog).
+        arrival_rate: Requests per second the model sizes for: the measured demand plus the
+            queue spread over one window (its backlog).
         service_seconds: Mean time a request runs, s (measured, or the last one measured).
-        concurrency: Requests one replica runs at once (measured at saturation, or estimated
-            from KV-cache usage), the M/M/c servers per replica.
+        concurrency: Requests one replica runs at once (from KV-cache usage, capped by what
+            was seen running on a queueing replica), the M/M/c servers per replica.
         itl_concurrency: Most running requests per replica that keep the ITL target (``None``:
             no bound known, or no ITL target).
         wait_budget: TTFT target minus the prefill percentile, s (``None`` without TTFT target).
         predicted_ttft: The model's TTFT percentile at ``needed`` replicas (wait + prefill), s.
         breach: Whether ``needed`` was raised to ``current + 1`` because the measured TTFT is
-            above target while requests queue (the model under-estimated).
+            above target while requests queue and no replica is starting (the model
+            under-estimated).
         message: One sentence with these numbers.
         state: The state with this decision's measurements remembered.
     """
@@ -63,21 +64,31 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
                  now: float, tolerance: float = 0.0) -> SLOSizing:
     """The replicas the SLO needs, from the M/M/c model (:mod:`kubeforge.autoscaling._queue_model`).
 
-    1. **Demand**: ``lambda = admission_rate + growth + queued / window``: requests leaving
-       the queue per second, plus the queue's growth since the last decision (arrivals no
-       replica admitted yet: exact conservation, ``arrivals = admitted + change in queue``),
-       plus the backlog (engines' waiting + the activator's held) to drain within one window.
-    2. **Service time** ``S`` (mean running time) and **prefill** percentile: measured, else
-       the last measured (state).
-    3. **Concurrency per replica** ``k``: the lower of the running count of a replica that
-       queues (``saturated_running``, remembered) and ``running per replica / KV usage``.
+    1. **Demand** ``lambda``: what the replicas admit now (``irate`` of the admissions, the
+       window's ``rate`` when there is none) plus the queue's growth since the last
+       decision: by conservation ``arrivals = admitted + change in queue``. Both terms are
+       recent, so a burst or a cold ramp is measured within one polling interval (Knative
+       KPA's short panic window, here always on); the noise of a short window is absorbed by
+       the tolerance below and by the scale-down window, which keeps the highest
+       recommendation of the last minutes (a service sized for its recent peaks). Plus the
+       backlog (engines' waiting + the activator's held) spread over one window.
+    2. **Service time** ``S`` (mean time a request runs): Little's law over the window, mean
+       running requests / admission rate, which counts the requests still running (the mean
+       of the finished ones lags while a ramp fills the batch); else the finished requests'
+       mean running time; else the last measured (state). **Prefill** percentile: measured,
+       else the last measured.
+    3. **Concurrency per replica** ``k``: ``running per replica / KV usage`` (what a replica
+       holds when its KV cache is full), capped by the most requests seen running on a
+       replica that queues (``saturated_running``, remembered: ``--max-num-seqs`` when that
+       binds first).
     4. **TTFT**: the fewest replicas whose M/M/c wait quantile fits ``ttft - prefill``.
     5. **ITL**: ``ceil(lambda * S / k_itl)`` with ``k_itl`` from the linear ITL fit.
     6. **Tolerance** (the HPA's, on the arrival rate): when ``current`` lies between the
        counts needed at ``lambda * (1 - tolerance)`` and ``lambda * (1 + tolerance)``, it is
        kept, so that noise in the measured rate neither adds a replica nor removes one.
-    7. **Feedback**: measured TTFT above target with requests queued asks for at least
-       ``current + 1``.
+    7. **Feedback**: measured TTFT above target with requests queued, once every replica
+       asked for reports (none is starting), asks for at least ``current + 1``, at most once
+       per window (the measured percentile needs a window to show the last correction).
 
     Args:
         slo: The targets.
@@ -94,39 +105,46 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     q = slo.percentile / 100.0
     v = signals.value
     queued = signals.queued or 0.0
-    growth = 0.0
+    growth = None
     if state.queue_sample is not None:
         t0, q0 = state.queue_sample
         if 0 < now - t0 <= _GROWTH_MAX_WINDOWS * slo.window_seconds:
             growth = (queued - q0) / (now - t0)
-    admitted = v("admission_rate") or 0.0
-    lam = max(0.0, admitted + growth) + queued / slo.window_seconds
+    steady = v("admission_rate") or 0.0
+    recent = v("admission_rate_recent")
+    # what the replicas admit now plus what they did not keep up with since the last decision
+    demand = max(0.0, (recent if recent is not None else steady) + (growth or 0.0))
+    lam = demand + queued / slo.window_seconds
 
-    s = v("service_seconds") or state.service_seconds
+    steady_rm = v("running_mean")
+    if steady_rm and steady > 0:
+        s = steady_rm / steady  # Little's law over the window: running requests / admission rate
+    else:
+        s = v("service_seconds") or state.service_seconds
     prefill = v("prefill") if v("prefill") is not None else state.prefill_seconds
     replicas = v("replicas") or 0.0
     running = v("running")
     per_replica = running / replicas if running is not None and replicas > 0 else None
-    k_sat = v("saturated_running") or state.concurrency
+    seen = v("saturated_running")
+    k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
     kv = v("kv_cache_usage")
     k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
-    ks = [k for k in (k_sat, k_kv) if k]
-    k = min(ks) if ks else None
+    k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
 
     fit_sums, fit_time = state.itl_fit, state.itl_fit_time
     itl = v("itl")
     if per_replica is not None and itl is not None and itl > 0:
         fit_sums, fit_time = update_itl_fit(state.itl_fit, state.itl_fit_time, now, per_replica, itl), now
     new_state = replace(state, queue_sample=(float(now), float(queued)), service_seconds=s,
-                        prefill_seconds=prefill, concurrency=k_sat, itl_fit=fit_sums, itl_fit_time=fit_time)
+                        prefill_seconds=prefill, concurrency=k_cap, itl_fit=fit_sums, itl_fit_time=fit_time)
 
     k_itl = None
     if slo.itl_seconds is not None:
         k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
     budget = None if slo.ttft_seconds is None else slo.ttft_seconds - (prefill or 0.0)
 
-    def out(needed, predicted=None, breach=False, msg=""):
-        return SLOSizing(needed, lam, s, k, k_itl, budget, predicted, breach, msg, new_state)
+    def out(needed, predicted=None, breach=False, msg="", st=None):
+        return SLOSizing(needed, lam, s, k, k_itl, budget, predicted, breach, msg, st or new_state)
 
     if lam <= 0:
         return out(0, msg="no requests arrive or wait: no replica needed for the SLO")
@@ -151,9 +169,12 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
         predicted = wait_quantile(c, a, s, q) + (prefill or 0.0)
     breach = False
     ttft = v("ttft")
+    last = state.breach_time
     if (slo.ttft_seconds is not None and ttft is not None and ttft > slo.ttft_seconds and queued > 0
-            and (budget or 0) > 0 and needed <= current):
+            and (budget or 0) > 0 and needed <= current and replicas >= current
+            and (last is None or now - last >= slo.window_seconds)):
         needed, breach = current + 1, True
+        new_state = replace(new_state, breach_time=float(now))
     parts = [f"arrivals {_num(lam)}/s x {_num(s)}s running = {_num(a)} requests in service"]
     if k is not None:
         parts.append(f"{_num(k)} per replica")
@@ -166,7 +187,7 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
         msg += f" (predicted p{slo.percentile:g} TTFT {_num(predicted)}s)"
     if breach:
         msg += f"; measured p{slo.percentile:g} TTFT {_num(ttft)}s above target with requests queued: at least {current + 1}"
-    return out(needed, predicted, breach, msg)
+    return out(needed, predicted, breach, msg, new_state)
 
 
 @dataclass(frozen=True)

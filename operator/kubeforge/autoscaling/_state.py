@@ -144,6 +144,8 @@ class AutoscalerState:
             (running per replica ``b``, ITL percentile ``y``) samples, for the linear ITL
             model of SLO mode (:func:`kubeforge.autoscaling.fit_itl`); ``()`` when empty.
         itl_fit_time: When ``itl_fit`` was last updated, unix seconds.
+        breach_time: When SLO mode last added a replica because the measured TTFT was
+            above target (at most one per window), unix seconds.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -159,6 +161,7 @@ class AutoscalerState:
     concurrency: float | None = None
     itl_fit: tuple[float, ...] = ()
     itl_fit_time: float | None = None
+    breach_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a JSON-ready dict with camelCase keys.
@@ -168,7 +171,8 @@ class AutoscalerState:
             "scaleDownEvents": [...], "lastActiveTime": t | None, "lastScaleTime": t | None,
             "lastScaleDirection": "Up" | "Down" | None, "lastDecisionTime": t | None,
             "queueSample": [t, n] | None, "serviceSeconds": s | None, "prefillSeconds": s | None,
-            "concurrency": n | None, "itlFit": [w, sb, sy, sbb, sby], "itlFitTime": t | None}``.
+            "concurrency": n | None, "itlFit": [w, sb, sy, sbb, sby], "itlFitTime": t | None,
+            "breachTime": t | None}``.
         """
         return {
             "version": STATE_VERSION,
@@ -185,6 +189,7 @@ class AutoscalerState:
             "concurrency": self.concurrency,
             "itlFit": list(self.itl_fit),
             "itlFitTime": self.itl_fit_time,
+            "breachTime": self.breach_time,
         }
 
     @classmethod
@@ -226,6 +231,7 @@ class AutoscalerState:
             concurrency=_opt_time(data.get("concurrency"), "concurrency"),
             itl_fit=_floats(data.get("itlFit"), "itlFit", 5),
             itl_fit_time=_opt_time(data.get("itlFitTime"), "itlFitTime"),
+            breach_time=_opt_time(data.get("breachTime"), "breachTime"),
         )
 
     def pruned(self, now: float, keep_recommendations_s: float, keep_events_s: float) -> AutoscalerState:

@@ -33,11 +33,15 @@ Per request, on one replica:
 
 A **service** routes each arrival to the routable replica with the fewest outstanding
 (waiting + running) requests, ties by name (join-the-shortest-queue, as llm-d's endpoint
-picker's queue scorer; it approximates one shared queue, which the autoscaler's M/M/c model
-assumes). With no routable replica the request is **held** at the service (a gateway or the
-activator holding it) and dispatched when one becomes routable. A replica taken out of
-routing (draining) gets nothing new and finishes what it has; a replica that disappears
-(its pod deleted) **aborts** its waiting and running requests.
+picker's queue scorer). With no routable replica the request is **held** at the service
+(the activator holding it) and dispatched when one becomes routable. Optionally
+(``gateway=(queue depth, KV usage)``) the router holds requests while every routable replica
+is saturated, and hands the oldest held one to a replica as soon as one is not (late
+binding: the Gateway API Inference Extension's flow control, whose saturation detector's
+defaults are queue depth 5 and KV cache 0.8); that is close to one shared queue, which the
+autoscaler's M/M/c model assumes, and it keeps a cold start's backlog from being stuck on the
+first replica. A replica taken out of routing (draining) gets nothing new and finishes what
+it has; a replica that disappears (its pod deleted) **aborts** its waiting and running requests.
 """
 
 from __future__ import annotations
@@ -331,9 +335,13 @@ class Service:
         aborted: Requests aborted because their replica disappeared.
     """
 
-    def __init__(self, model: ServiceModel, time: float = 0.0):
+    #: How often held requests are offered to replicas while some are held, simulated s.
+    DISPATCH_STEP = 0.1
+
+    def __init__(self, model: ServiceModel, time: float = 0.0, gateway: tuple[int, float] | None = None):
         self.model = model
         self.time = time
+        self.gateway = gateway
         self.replicas: dict[str, Replica] = {}
         self.held: deque = deque()
         self.done: list[Done] = []
@@ -343,29 +351,53 @@ class Service:
     def routable(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.routable]
 
-    def _route(self, r: Request) -> None:
+    def _pick(self) -> Replica | None:
         best = None
+        gw = self.gateway
         for rep in self.replicas.values():
-            if rep.routable and (best is None or (rep.outstanding, rep.name) < (best.outstanding, best.name)):
+            if not rep.routable:
+                continue
+            if gw is not None and (len(rep.waiting) >= gw[0] or rep.kv_usage(self.model) >= gw[1]):
+                continue  # saturated: the gateway keeps the request
+            if best is None or (rep.outstanding, rep.name) < (best.outstanding, best.name):
                 best = rep
+        return best
+
+    def _route(self, r: Request) -> None:
+        best = None if self.held else self._pick()  # FIFO: nothing passes a held request
         if best is None:
             self.held.append(r)
         else:
             best.enqueue(self.model, r, self.done, self.stats)
 
+    def _dispatch(self) -> None:
+        while self.held:
+            best = self._pick()
+            if best is None:
+                return
+            best.enqueue(self.model, self.held.popleft(), self.done, self.stats)
+
+    def _advance_replicas(self, t: float) -> None:
+        for rep in self.replicas.values():
+            rep.advance(self.model, t, self.done, self.stats)
+        self._dispatch()
+        self.time = max(self.time, t)
+
     def advance(self, now: float, arrivals: Iterable[Request] = ()) -> None:
         """Move to ``now``: route each arrival (sorted, at or before ``now``) at its time, then
-        advance every replica. Arrivals after ``now`` are the caller's to keep."""
+        advance every replica; held requests are offered to the replicas every
+        :data:`DISPATCH_STEP`. Arrivals after ``now`` are the caller's to keep."""
         for r in arrivals:
             if r.arrival > now:
                 break
             t = max(r.arrival, self.time)
-            for rep in self.replicas.values():
-                rep.advance(self.model, t, self.done, self.stats)
+            while self.held and self.gateway is not None and self.time + self.DISPATCH_STEP < t:
+                self._advance_replicas(self.time + self.DISPATCH_STEP)
+            self._advance_replicas(t)
             self._route(r)
-        for rep in self.replicas.values():
-            rep.advance(self.model, now, self.done, self.stats)
-        self.time = max(self.time, now)
+        while self.held and self.gateway is not None and self.time + self.DISPATCH_STEP < now:
+            self._advance_replicas(self.time + self.DISPATCH_STEP)
+        self._advance_replicas(now)
 
     def set_replicas(self, existing: Iterable[str], routable: Iterable[str], now: float) -> int:
         """The replicas that exist and those the Service routes to, as of ``now``.
@@ -389,10 +421,7 @@ class Service:
             rep.routable = name in routable
         self.aborted += aborted
         self.stats.aborted += aborted
-        if self.held and any(r.routable for r in self.replicas.values()):
-            held, self.held = list(self.held), deque()
-            for r in held:
-                self._route(r)  # its arrival stays: the hold counts in its queue wait and TTFT
+        self._dispatch()  # held requests keep their arrival: the hold counts in their TTFT
         return aborted
 
     @property
