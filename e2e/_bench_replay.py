@@ -217,7 +217,7 @@ class Result:
                 continue
             missed += 1
             i = bisect.bisect_right(times, a) - 1
-            if 0 <= i < len(line) and (line[i][2] > line[i][3] or (i + 1 < len(line) and line[i + 1][2] > line[i + 1][3])):
+            if 0 <= i < len(line) and line[i][2] > line[i][3]:
                 starting += 1
         return starting / missed if missed else math.nan
 

@@ -130,8 +130,8 @@ def targets(results: list[Result], ttft: float, static: tuple[int, Result] | Non
     if att < 0.99:
         share = kf.starting_share(ttft)
         why = (f"; {share:.0%} of the misses arrived while replicas it had asked for were still starting "
-               f"({STARTUP_S:.0f}s): bursts faster than the previous minutes' peak, met by replicas that are "
-               f"not there yet")
+               f"({STARTUP_S:.0f}s to Ready): load above anything of the last minutes (a burst, a cold start) "
+               f"meets the replicas that are there")
         if static is not None:
             n, r = static
             why += (f"; holding {n} replicas from the start (no autoscaler) reaches "
@@ -163,8 +163,28 @@ def targets(results: list[Result], ttft: float, static: tuple[int, Result] | Non
     return out
 
 
+def _buckets(r: Result, width: float) -> tuple[list[float], list[float], list[float]]:
+    """Per ``width`` seconds: the mean replicas existing and the p90 TTFT of the requests that
+    arrived in it (aborted ones count as infinite): ``(starts, replicas, p90)``."""
+    reps: dict[int, list[int]] = {}
+    for t, n, *_ in r.timeline:
+        reps.setdefault(int(t // width), []).append(n)
+    lat: dict[int, list[float]] = {}
+    for a, x in zip(r.arrivals, r.ttfts):
+        lat.setdefault(int(a // width), []).append(x)
+    for m in r._aborted_minutes:
+        lat.setdefault(int(m * 60 // width), []).append(math.inf)
+    keys = sorted(reps)
+    p90 = []
+    for k in keys:
+        xs = sorted(lat.get(k, []))
+        p90.append(min(xs[max(0, math.ceil(0.9 * len(xs)) - 1)], 1e4) if xs else math.nan)
+    return [k * width for k in keys], [sum(reps[k]) / len(reps[k]) for k in keys], p90
+
+
 def plot(path: Path, title: str, results: list[Result], ttft: float) -> str | None:
-    """Replicas and p90 TTFT per minute over time, one line per autoscaler; returns the path or why not."""
+    """Replicas and p90 TTFT over time, one line per autoscaler (kubeforge SLO on top); per
+    minute, or per 10 minutes for runs longer than 4 h. Returns the path, or None without matplotlib."""
     try:
         import matplotlib
 
@@ -172,21 +192,23 @@ def plot(path: Path, title: str, results: list[Result], ttft: float) -> str | No
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    long_run = bool(results[0].timeline) and results[0].timeline[-1][0] > 4 * 3600
+    width, scale, unit = (600.0, 3600.0, "h") if long_run else (60.0, 60.0, "min")
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, dpi=80)
-    hours = results[0].timeline and results[0].timeline[-1][0] > 4 * 3600
-    scale, unit = (3600.0, "h") if hours else (60.0, "min")
-    for r in results:
-        ax1.step([t / scale for t, *_ in r.timeline], [n for _, n, *_ in r.timeline], where="post",
-                 label=r.name, linewidth=1)
-        mins = r.minute_p90()
-        ax2.plot([m * 60 / scale for m, _ in mins], [min(v, 1e4) for _, v in mins], linewidth=0.8)
+    for i, r in reversed(list(enumerate(results))):
+        xs, reps, p90 = _buckets(r, width)
+        kw = {"linewidth": 2.0 if i == 0 else 0.9, "color": f"C{i}", "zorder": 10 - i}
+        ax1.step([x / scale for x in xs], reps, where="post", label=r.name, **kw)
+        ax2.plot([x / scale for x in xs], p90, marker=".", markersize=3, **kw)
     ax2.axhline(ttft, color="black", linestyle="--", linewidth=0.8, label=f"target {ttft:g}s")
-    ax1.set_ylabel("replicas (existing)")
-    ax2.set_ylabel("p90 TTFT per minute (s)")
+    per = "10 min" if long_run else "minute"
+    ax1.set_ylabel(f"replicas (mean per {per})")
+    ax2.set_ylabel(f"p90 TTFT per {per} (s)")
     ax2.set_yscale("log")
     ax2.set_xlabel(f"time ({unit})")
     ax1.set_title(title, fontsize=9)
-    ax1.legend(fontsize=7, loc="upper right")
+    handles, labels = ax1.get_legend_handles_labels()
+    ax1.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper right")
     ax2.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
