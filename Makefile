@@ -65,7 +65,10 @@ bench-training-burst: setup tools
 bench-memory: setup tools
 	$(BIN)/python e2e/bench_memory.py $(BENCH_ARGS)
 
+# Every run of issue 14 (the Azure trace, a cold ramp, a day) through kubeforge, KEDA + HPA, llm-d
+# and Dynamo in simulated time, with PNGs in e2e/results/; then the live part on the local cluster.
 bench-autoscaling: setup tools system-deps
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace

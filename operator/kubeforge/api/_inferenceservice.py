@@ -36,7 +36,7 @@ class ServingTopology(KubeModel):
 
 
 class Metric(str, Enum):
-    """Metric is the queue metric that drives autoscaling."""
+    """Metric is the queue metric that drives autoscaling in queue-depth mode (no slo)."""
 
     VLLM_WAITING = "VLLMWaiting"
     SGLANG_QUEUE = "SGLangQueue"
@@ -58,16 +58,18 @@ class ScaleUpRules(KubeModel):
         ge=1,
         le=1000,
         description="maxStep is the most replicas added in one periodSeconds (the Kubernetes "
-        "HPA's Pods scale-up policy). The default, 1 per 10 s, paces the ramp to how long a "
-        "GPU replica takes to start: replicas asked for a burst that drains before they are "
-        "Ready only cost money. A queue above 8 times what the current replicas carry at "
-        "targetPerReplica lifts the limit (panic mode, after Knative's).",
+        "HPA's Pods scale-up policy), in queue-depth mode. The default, 1 per 10 s, paces the "
+        "ramp to how long a GPU replica takes to start: replicas asked for a burst that drains "
+        "before they are Ready only cost money. A queue above 8 times what the current "
+        "replicas carry at targetPerReplica lifts the limit (panic mode, after Knative's). "
+        "With slo set it does not apply: the queue model computes the replicas needed and "
+        "scale-up goes there in one step (bounded by maxReplicas and the pool).",
     )
     period_seconds: int = Field(
         default=10,
         ge=1,
         le=1800,
-        description="periodSeconds is the period that maxStep applies to.",
+        description="periodSeconds is the period that maxStep applies to (queue-depth mode).",
     )
 
 
@@ -81,13 +83,15 @@ class ScaleDownRules(KubeModel):
         description="stabilizationWindowSeconds: the service scales down to the highest "
         "recommendation of this window, so a short lull does not remove replicas. The "
         "default, 300, is the Kubernetes HPA's: bursts that recur within 5 minutes find the "
-        "replicas still there instead of scaling down and back up.",
+        "replicas still there instead of scaling down and back up. It applies in both modes; "
+        "with slo it is what holds the replicas through a day's noise.",
     )
     max_step: int = Field(
         default=1,
         ge=1,
         le=1000,
-        description="maxStep is the most replicas removed in one periodSeconds.",
+        description="maxStep is the most replicas removed in one periodSeconds (both modes; "
+        "each removed replica is drained first).",
     )
     period_seconds: int = Field(
         default=30,
@@ -97,9 +101,67 @@ class ScaleDownRules(KubeModel):
     )
 
 
+class LatencySLO(KubeModel):
+    """LatencySLO is the latency the service is sized for, measured from vLLM's histograms.
+
+    The names are vLLM's metric names (vllm:time_to_first_token_seconds,
+    vllm:inter_token_latency_seconds) in the unit they are exported in, so a target reads
+    directly against histogram_quantile over them; llm-d and NVIDIA Dynamo call the same
+    quantities TTFT and ITL."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.timeToFirstTokenSeconds) || has(self.interTokenLatencySeconds)",
+                    "message": "slo needs timeToFirstTokenSeconds, interTokenLatencySeconds or both",
+                }
+            ]
+        }
+    )
+
+    time_to_first_token_seconds: Optional[float] = Field(
+        default=None,
+        gt=0,
+        le=600,
+        description="timeToFirstTokenSeconds is the time-to-first-token target at percentile, "
+        "in seconds: queue wait plus prefill, as vllm:time_to_first_token_seconds measures it "
+        "(an interactive chat often takes 0.5 to 2). It cannot be below the prefill time of "
+        "the prompts: SLOMet then says PrefillAboveTarget.",
+    )
+    inter_token_latency_seconds: Optional[float] = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="interTokenLatencySeconds is the inter-token-latency target at percentile, "
+        "in seconds between two output tokens (vllm:inter_token_latency_seconds; reading "
+        "speed is about 0.1 to 0.2). More requests per replica raise it, so it bounds how "
+        "many requests each replica may run.",
+    )
+    percentile: int = Field(
+        default=90,
+        ge=50,
+        le=99,
+        description="percentile is the percentile both targets are for: 90 means 90 in 100 "
+        "requests (tokens, for ITL) within the target. 90, the default, leaves the slowest "
+        "tenth (the longest prompts, the first seconds of a burst) out; 99 keeps headroom "
+        "against bursts, at the cost of more replicas.",
+    )
+    window_seconds: int = Field(
+        default=60,
+        ge=10,
+        le=900,
+        description="windowSeconds is the window of the measured rates and percentiles "
+        "(Prometheus rate and histogram_quantile range); at least 4 scrape intervals. "
+        "Shorter reacts sooner and measures noisier.",
+    )
+
+
 class Autoscaling(KubeModel):
-    """Autoscaling sizes the service from a queue metric read from Prometheus:
-    desired = ceil(metric / targetPerReplica), within minReplicas and maxReplicas."""
+    """Autoscaling sizes the service from metrics read from Prometheus. Without slo
+    (queue-depth mode, the default): desired = ceil(metric / targetPerReplica). With slo:
+    the replicas a queue model needs to meet the latency targets. Always within minReplicas
+    and maxReplicas."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -107,7 +169,12 @@ class Autoscaling(KubeModel):
                 {
                     "rule": "self.metric != 'Custom' || (has(self.query) && self.query != '')",
                     "message": "autoscaling.query is required when autoscaling.metric is Custom",
-                }
+                },
+                {
+                    "rule": "!has(self.slo) || self.metric == 'VLLMWaiting'",
+                    "message": "autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
+                    "VLLMWaiting (the default) when slo is set",
+                },
             ]
         }
     )
@@ -125,8 +192,10 @@ class Autoscaling(KubeModel):
     )
     metric: Metric = Field(
         default=Metric.VLLM_WAITING,
-        description="metric is VLLMWaiting (sum of vllm:num_requests_waiting over the "
-        "service's pods), SGLangQueue (sum of sglang:num_queue_reqs) or Custom (query).",
+        description="metric is the queue of queue-depth mode: VLLMWaiting (sum of "
+        "vllm:num_requests_waiting over the service's pods plus the requests the activator "
+        "holds while it has no ready replica), SGLangQueue (sum of sglang:num_queue_reqs) or "
+        "Custom (query). With slo set it must stay VLLMWaiting.",
     )
     query: Optional[str] = Field(
         default=None,
@@ -138,20 +207,22 @@ class Autoscaling(KubeModel):
     target_per_replica: float = Field(
         default=4.0,
         gt=0,
-        description="targetPerReplica is the queue length that one replica should carry.",
+        description="targetPerReplica is the queue length that one replica should carry "
+        "(queue-depth mode).",
     )
     tolerance: float = Field(
         default=0.1,
         ge=0,
         le=1,
         description="tolerance is the relative change (metric per replica against target) "
-        "below which the replica count is left alone.",
+        "below which the replica count is left alone (queue-depth mode).",
     )
     activation_threshold: float = Field(
         default=0.0,
         ge=0,
         description="activationThreshold: a service at zero replicas is scaled up only when "
-        "the metric is above this value (as KEDA's activation threshold).",
+        "the metric is above this value (as KEDA's activation threshold). With slo, the metric "
+        "is the requests in the service: waiting, held by the activator and running.",
     )
     scale_to_zero_after_seconds: int = Field(
         default=300,
@@ -176,11 +247,22 @@ class Autoscaling(KubeModel):
         description="scaleDown limits how fast replicas are removed.",
         json_schema_extra=schema_default(ScaleDownRules),
     )
+    slo: Optional[LatencySLO] = Field(
+        default=None,
+        description="slo switches the service to SLO mode: from the measured arrival rate, "
+        "time a request runs and what one replica holds, an M/M/c queue model computes the "
+        "replicas that keep the time-to-first-token percentile at its target (and a linear "
+        "model of ITL against running requests, the inter-token latency), and scale-up goes "
+        "there at once. Left out, the service scales on queue depth (metric).",
+    )
 
     @model_validator(mode="after")
     def _custom_needs_query(self) -> "Autoscaling":
         if self.metric == Metric.CUSTOM and not self.query:
             raise ValueError("autoscaling.query is required when autoscaling.metric is Custom")
+        if self.slo is not None and self.metric != Metric.VLLM_WAITING:
+            raise ValueError("autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
+                             "VLLMWaiting (the default) when slo is set")
         return self
 
 
