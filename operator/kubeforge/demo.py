@@ -37,6 +37,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+LOCAL_ACTIVATOR = ("kubeforge-system", "kubeforge-activator")
+"""The activator's Service the sim's operator looks for (``--activator-service``), as the chart
+names it: the demo and the tests that hold requests at zero make it exist."""
 LOCAL_PROMETHEUS = "http://127.0.0.1:"
 """The allow-list entry the local sim's operator gets: any port of loopback, where the sim
 runs Prometheus (in a cluster, only in-cluster Service URLs are queried by default)."""
@@ -59,7 +62,7 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
         [sys.executable, "-m", "kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
          "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
          # the sim's Prometheus listens on a free loopback port (the API server's own is refused)
-         "--prometheus-url-allow", LOCAL_PROMETHEUS, *args],
+         "--prometheus-url-allow", LOCAL_PROMETHEUS, "--activator-service", "/".join(LOCAL_ACTIVATOR), *args],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
     )
     (c.dir / f"{name}.pid").write_text(str(proc.pid))

@@ -560,7 +560,7 @@ class InferenceServiceStatus(KubeModel):
         "pool's GPUs per node.",
     )
     conditions: list[Condition] = conditions_field(
-        "Ready, ScalingActive, ScalingLimited, ReplicaGroupFailed")
+        "Ready, ScalingActive, ScalingLimited, ReplicaGroupFailed, SLOMet")
     url: Optional[str] = Field(
         default=None,
         max_length=2048,

@@ -35,7 +35,8 @@ from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, decide
 from kubeforge.autoscaling.drain import running_by_pod
-from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query
+from kubeforge.autoscaling import Signals
+from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, read_signals, render_query
 from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
@@ -101,13 +102,23 @@ async def _http_client() -> httpx.AsyncClient:
     return _http
 
 
-async def _query(rt: Runtime, rec: InferenceServiceRecord) -> QueryResult:
+async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
+    """The queue metric (queue-depth mode) or every signal of SLO mode, from an allowed URL.
+    Returns the queue as a :class:`QueryResult` (for ``lastMetricValue`` and the condition's
+    error text) and, in SLO mode, the :class:`~kubeforge.autoscaling.Signals` to decide on."""
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
         await resolved_refusal(a.prometheus_url, rt.api_servers)
     if refusal:
-        return QueryResult(None, None, refusal)
-    return await query_scalar(await _http_client(), a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT)
+        return QueryResult(None, None, refusal), None
+    http = await _http_client()
+    if a.slo is None:
+        return await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT), None
+    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name, percentile=a.slo.percentile,
+                             window_seconds=a.slo.window_seconds, timeout=PROMETHEUS_TIMEOUT)
+    queue = sig.value("queue")
+    error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
+    return QueryResult(queue, sig.time, error), sig
 
 
 async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemory, multi: bool) -> bool:
@@ -151,10 +162,12 @@ def _capacity(rt: Runtime, rec: InferenceServiceRecord, shape: GroupShape | None
     return holding + fit, why
 
 
-async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list) -> dict[int, float]:
-    """Running requests per group, from its leader pod's series (only while a group drains)."""
+async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: int) -> dict[int, float]:
+    """Running requests per group, from its leader pod's series: read only while a group drains
+    or a scale-down has to choose which to drain (the least loaded)."""
     groups = groups_of(rec.status)
-    if not any(g.draining_since is not None for g in groups):
+    active = sum(1 for g in groups if g.draining_since is None)
+    if not any(g.draining_since is not None for g in groups) and desired >= active:
         return {}
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     if url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers):
@@ -165,8 +178,6 @@ async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list) -> dict[in
     leaders = {p.name: p.group for p in pods if p.worker == 0 and p.group is not None}
     out: dict[int, float] = {}
     for g in groups:
-        if g.draining_since is None:
-            continue
         names = [n for n, idx in leaders.items() if idx == g.index]
         if names and all(n in by_pod for n in names):
             out[g.index] = sum(by_pod[n] for n in names)
@@ -208,9 +219,10 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if g.draining_since is None)))
     interval = float(spec.autoscaling.polling_interval_seconds)
     if mem.decision is None or mem.generation != rec.generation or now - (mem.decided_at or 0) >= interval:
-        q = await _query(rt, rec)
+        q, signals = await _query(rt, rec)
         cap, note = _capacity(rt, rec, shape, holding)
-        d = decide(AutoscalingPolicy.from_spec(spec), mem.autoscaler, current, q.value, now, cap)
+        d = decide(AutoscalingPolicy.from_spec(spec), mem.autoscaler, current, signals if signals is not None else q.value,
+                   now, cap)
         mem.autoscaler, mem.decision, mem.query, mem.capacity_note = d.state, d, q, note
         mem.decided_at, mem.generation = now, rec.generation
         metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
@@ -221,7 +233,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     ctx = ServingContext(
         now=now, desired=d.desired, pods=pods, nodes={n: x for n in names if (x := cache.node(n)) is not None},
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
-        template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods),
+        template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
         waiting=cache.serving_waits.get(key),
     )
     plan = plan_serving(rec, ctx)
@@ -261,6 +273,9 @@ def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q
         limited = f"{limited}; the next replica: {mem.capacity_note}"
     conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
     conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason, limited, now, gen)
+    if d.slo is not None:  # SLO mode: the measured percentiles against the targets
+        met = "Unknown" if d.slo.met is None else d.slo.met
+        conds = set_condition(conds, "SLOMet", met, d.slo.reason, d.slo.message, now, gen)
     patch.update({"conditions": conds, "desiredReplicas": d.desired,
                   "url": f"http://{rec.name}.{rec.namespace}.svc:{spec.port}"})
     if d.desired != current:
