@@ -7,10 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from dataclasses import replace
+
 from kubeforge.admission._pools import PoolView
+from kubeforge.admission._snapshot import is_dra_pool
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, TrainingJobSpec
 from kubeforge.builders.training import job_labels
-from kubeforge.objects import ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
+from kubeforge.objects import CLIQUE_LABEL, ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
 from kubeforge.placement import HOSTNAME_LABEL, GangRequest, NodeFilter
 from kubeforge.selectors import selector_matches
 
@@ -152,3 +155,31 @@ def group_request(svc: InferenceServiceRecord, view: PoolView, shape: GroupShape
         needs=shape.needs,
         one_per_node=shape.pods > 1,
     )
+
+
+def clique_level(view: PoolView, request: GangRequest) -> str | None:
+    """The level of ``request`` (for ``Preferred`` without one: the narrowest) when its label is
+    ``nvidia.com/gpu.clique`` in a DRA pool, else None."""
+    if request.mode == "None" or not is_dra_pool(view.record):
+        return None
+    name = request.level or (view.levels[0].name if view.levels else None)
+    level = next((lv for lv in view.levels if lv.name == name), None)
+    return level.name if level is not None and level.node_label == CLIQUE_LABEL else None
+
+
+def multi_node(view: PoolView, request: GangRequest) -> bool:
+    """Whether the gang needs more than one node of the pool (its largest node cannot hold it)."""
+    largest = max((n.gpus_allocatable for n in view.nodes), default=0)
+    per_node = 1 if request.one_per_node else (largest // request.gpus_per_replica if largest else 0)
+    return request.replicas > max(1, per_node)
+
+
+def nvlink_request(request: GangRequest, view: PoolView) -> GangRequest:
+    """``request`` as placed in ``view``: a gang that needs more than one node of an NVLink clique
+    of a DRA pool takes wholly free nodes of one clique and leaves the pool's
+    ``dra.spareNodesPerClique`` free when it can (:func:`kubeforge.placement.place_gang`); it gets a
+    ComputeDomain. Other requests are returned unchanged."""
+    if request.whole_nodes or clique_level(view, request) is None or not multi_node(view, request):
+        return request
+    spares = view.record.spec.dra.spare_nodes_per_clique if view.record.spec is not None else 0
+    return replace(request, whole_nodes=True, spare_nodes=spares)
