@@ -1,0 +1,117 @@
+"""A stand-in for NVIDIA's ComputeDomain controller and its IMEX daemons, for the sim (run by
+:func:`kubeforge.sim.dra.install`, ``python -m kubeforge.sim.imex``).
+
+For every ComputeDomain, once a second:
+
+- adds the driver's finalizer (``resource.nvidia.com/computeDomain``) and creates the channel
+  ResourceClaimTemplate ``spec.channel.resourceClaimTemplate.name`` (one channel of the sim's channel
+  class; its claims carry the label ``resource.nvidia.com/computeDomain: <uid>``);
+- plays the IMEX daemons: a node where a channel claim of the domain is allocated gets a Ready
+  entry in ``status.nodes`` ``--ready-delay`` seconds after the claim was first seen there (the
+  daemon starting); ``status.status`` is Ready once every such node is;
+- on deletion: deletes the channel template and removes its finalizer (after any other finalizer
+  the domain carries, such as kubeforge's, is gone: the real controller cleans up then too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger("kubeforge.sim.imex")
+FINALIZER = "resource.nvidia.com/computeDomain"
+DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+CD = ("resource.nvidia.com", "v1beta1", "computedomains")
+RES = ("resource.k8s.io", "v1")
+
+
+def _ignore(codes, fn, *a, **kw):
+    try:
+        return fn(*a, **kw)
+    except ApiException as e:
+        if e.status not in codes:
+            raise
+        return None
+
+
+def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay: float, now: float) -> None:
+    domains = api.list_cluster_custom_object(*CD).get("items") or []
+    if not domains:
+        return
+    claims = api.list_cluster_custom_object(*RES, "resourceclaims", label_selector=DOMAIN_LABEL).get("items") or []
+    cliques = {n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.clique", "")
+               for n in core.list_node(label_selector="kubeforge.io/sim-dra").items}
+    for cd in domains:
+        md, spec = cd["metadata"], cd.get("spec") or {}
+        ns, name, uid = md["namespace"], md["name"], md["uid"]
+        template = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
+        finalizers = list(md.get("finalizers") or [])
+        if md.get("deletionTimestamp"):
+            if template:
+                _ignore((404,), api.delete_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", template)
+            if finalizers == [FINALIZER]:
+                _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
+                        [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                         {"op": "remove", "path": "/metadata/finalizers/0"}])
+            continue
+        if FINALIZER not in finalizers:
+            _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
+                    {"metadata": {"finalizers": finalizers + [FINALIZER]}})
+        if template:
+            body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": template, "namespace": ns,
+                                 "ownerReferences": [{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                                                      "name": name, "uid": uid}]},
+                    "spec": {"metadata": {"labels": {DOMAIN_LABEL: uid}},
+                             "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
+                                 "deviceClassName": CHANNEL_CLASS, "allocationMode": "ExactCount", "count": 1}}]}}}}
+            _ignore((409,), api.create_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", body)
+        nodes = set()
+        for c in claims:
+            if (c["metadata"].get("labels") or {}).get(DOMAIN_LABEL) != uid:
+                continue
+            for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+                nodes.add(r.get("pool"))
+        entries = []
+        for i, node in enumerate(sorted(n for n in nodes if n)):
+            first = seen.setdefault((uid, node), now)
+            entries.append({"name": node, "ipAddress": f"10.254.{i // 250}.{i % 250 + 1}", "cliqueID": cliques.get(node, ""),
+                            "index": i, "status": "Ready" if now - first >= delay else "NotReady"})
+        status = {"status": "Ready" if entries and all(e["status"] == "Ready" for e in entries) else "NotReady",
+                  "nodes": entries}
+        if (cd.get("status") or {}) != status:
+            _ignore((404, 409, 422), api.patch_namespaced_custom_object_status, *CD, ns, name, {"status": status})
+
+
+CHANNEL_CLASS = "compute-domain-default-channel.sim.kubeforge.io"
+
+
+def main() -> None:  # pragma: no cover (a process of the sim)
+    global CHANNEL_CLASS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--channel-class", default=CHANNEL_CLASS)
+    ap.add_argument("--ready-delay", type=float, default=3.0, help="seconds from a channel claim's allocation on a node to its IMEX daemon being Ready")
+    ap.add_argument("--interval", type=float, default=1.0)
+    a = ap.parse_args()
+    CHANNEL_CLASS = a.channel_class
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    config.load_kube_config(a.kubeconfig)
+    api, core = client.CustomObjectsApi(), client.CoreV1Api()
+    seen: dict[Any, float] = {}
+    log.info("sim IMEX daemons: ready %.1fs after a channel claim is allocated", a.ready_delay)
+    while True:
+        try:
+            step(api, core, seen, a.ready_delay, time.time())
+        except Exception as e:  # keep going: the sim must not die on one odd object
+            log.warning("step failed: %s", e)
+        time.sleep(a.interval)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

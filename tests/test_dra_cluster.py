@@ -1,0 +1,148 @@
+"""DRA pools and NVL72 cliques on the real control plane (issue 15): kube-scheduler 1.34 allocates
+the claims itself from the sim's ResourceSlices, kube-controller-manager makes each pod's claims
+from its templates, the sim plays NVIDIA's ComputeDomain controller and IMEX daemons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import apply, condition, get_json, job_pods, job_status, training_job, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GPUS = 4
+
+
+@pytest.fixture
+def dra_fleet(cluster, namespace):
+    """An NVL72 rack (18 DRA nodes x 4 GPUs, one clique) plus 2 device-plugin nodes, private to the
+    test; a DRA pool over the rack and a device-plugin pool over the others. Returns the names."""
+    from kubeforge.sim import dra
+    from kubeforge.sim.fleet import Fleet, node_manifests
+
+    pool = namespace
+    f = Fleet.model_validate({"name": pool, "nodePrefix": f"{pool}-", "groups": [
+        {"name": "rack", "count": 18, "nodesPerClique": 18, "labels": {"kubeforge.io/test-fleet": pool},
+         "gpu": {"count": GPUS, "product": "NVIDIA-GB200", "allocation": "DRA"}},
+        {"name": "dp", "count": 2, "labels": {"kubeforge.io/test-fleet": f"{pool}-dp"}, "gpu": {"count": GPUS}},
+    ]})
+    nodes = node_manifests(f)
+    cluster.apply_nodes(nodes)
+    dra.install(cluster, nodes, log=lambda m: None, ready_delay=2.0)
+    names = [n["metadata"]["name"] for n in nodes]
+    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
+                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}},
+                             "deviceAllocation": "DRA", "dra": {"deviceClassName": dra.GPU_CLASS, "driver": dra.GPU_DRIVER},
+                             "topologyLevels": [{"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"}]}})
+    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": f"{pool}-dp"},
+                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}}})
+    yield {"rack": [n for n in names if "-rack-" in n], "dp": [n for n in names if "-dp-" in n], "pool": pool}
+    cluster.kubectl("delete", "gpupool", pool, f"{pool}-dp", "--ignore-not-found", "--wait=false", check=False)
+    slices = [s["metadata"]["name"] for s in dra.slice_manifests(nodes)]
+    cluster.kubectl("delete", "resourceslice", *slices, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false", check=False)
+
+
+def pool_gpus(cluster, name: str) -> dict:
+    return (get_json(cluster, "gpupool", name).get("status") or {}).get("gpus") or {}
+
+
+def claims(cluster, namespace: str) -> list[dict]:
+    return get_json(cluster, "resourceclaims", "-n", namespace)["items"]
+
+
+def domains(cluster, namespace: str) -> list[dict]:
+    return get_json(cluster, "computedomains", "-n", namespace)["items"]
+
+
+def test_dra_pool_capacity_claims_and_no_overcommit(cluster, namespace, dra_fleet):
+    """Capacity from the slices; a job's pods get claims that kube-scheduler allocates on the nodes
+    kubeforge chose; a foreign claim-holding pod and a device-plugin job are counted, never
+    over-committed."""
+    pool = dra_fleet["pool"]
+    wait_for(lambda: pool_gpus(cluster, pool).get("allocatable") == 18 * GPUS, timeout=60, what="DRA pool capacity")
+    cols = cluster.kubectl("get", "gpupools", pool, f"{pool}-dp", "--no-headers").stdout.split("\n")
+    assert cols[0].split()[1:4] == ["18", "72", "72"] and cols[1].split()[1:4] == ["2", "8", "8"], cols
+    # A pod that is not kubeforge's holds 3 GPUs of rack-0 through its own claim.
+    apply(cluster, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": "foreign", "namespace": namespace},
+                    "spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                        "deviceClassName": "gpu.sim.kubeforge.io", "allocationMode": "ExactCount", "count": 3}}]}}})
+    rack0 = dra_fleet["rack"][0]
+    apply(cluster, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "foreign", "namespace": namespace},
+                    "spec": {"nodeSelector": {"kubernetes.io/hostname": rack0},
+                             "resourceClaims": [{"name": "g", "resourceClaimName": "foreign"}],
+                             "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "g"}]}}]}})
+    wait_for(lambda: pool_gpus(cluster, pool).get("allocated") == 3, timeout=60, what="the foreign claim counted")
+    # Jobs asking for every GPU left: single-node ranks of 2 and 4 GPUs, and one on the device-plugin pool.
+    apply(cluster, training_job("small", namespace, replicas=17, gpus=4, mode="None", level=None, pools=[pool]))
+    apply(cluster, training_job("tight", namespace, replicas=1, gpus=2, mode="None", level=None, pools=[pool]))
+    apply(cluster, training_job("dp", namespace, replicas=2, gpus=4, mode="None", level=None, pools=[f"{pool}-dp"]))
+    for job in ("small", "dp"):
+        wait_for(lambda: job_status(cluster, namespace, job).get("phase") == "Running", timeout=120, what=f"{job} Running")
+    st = job_status(cluster, namespace, "tight")
+    assert st.get("phase") != "Running" and condition(st, "Admitted")["status"] == "False", st  # 1 GPU left on rack-0
+    pods = job_pods(cluster, namespace, "small")
+    by_pod = {}
+    for c in claims(cluster, namespace):
+        owner = next((o["name"] for o in c["metadata"].get("ownerReferences") or [] if o["kind"] == "Pod"), None)
+        by_pod[owner] = c
+    for p in pods:
+        spec = p["spec"]
+        assert [c["name"] for c in spec["resourceClaims"]] == ["gpus"], spec["resourceClaims"]
+        main = spec["containers"][0]
+        assert "nvidia.com/gpu" not in json.dumps(main.get("resources")), main
+        alloc = by_pod[p["metadata"]["name"]]["status"]["allocation"]
+        results = alloc["devices"]["results"]
+        assert len(results) == 4 and {r["pool"] for r in results} == {p["spec"]["nodeName"]}, results
+        assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["kubeforge.io/assigned-node"]
+    dp = job_pods(cluster, namespace, "dp")
+    assert all(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4" for p in dp)
+    assert pool_gpus(cluster, pool).get("free") == 1 and pool_gpus(cluster, f"{pool}-dp").get("free") == 0
+    # Every node holds at most its 4 devices: count allocated devices per node from the claims.
+    held: dict[str, int] = {}
+    for c in claims(cluster, namespace):
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []):
+            held[r["pool"]] = held.get(r["pool"], 0) + 1
+    assert held and max(held.values()) <= GPUS, held
+    cluster.kubectl("delete", "trainingjob", "small", "tight", "dp", "-n", namespace, "--wait=false")
+
+
+def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
+    """A 16-node gang on an NVL72 rack: whole nodes of the clique with 2 spares, one ComputeDomain
+    owned by the job (numNodes 0), its pods reference its channel template, ComputeDomainReady
+    flips; a restart in place keeps the domain; a delete leaves no domain and no claim."""
+    pool = dra_fleet["pool"]
+    wait_for(lambda: pool_gpus(cluster, pool).get("allocatable") == 18 * GPUS, timeout=60, what="DRA pool capacity")
+    apply(cluster, training_job("gang", namespace, replicas=16, gpus=4, mode="Required", level="nvlink", pools=[pool]))
+    wait_for(lambda: job_status(cluster, namespace, "gang").get("phase") == "Running", timeout=180, what="gang Running")
+    st = job_status(cluster, namespace, "gang")
+    assert len(set(st["placement"]["nodes"])) == 16, st["placement"]
+    assert "2 wholly free nodes left" in st["placement"]["reason"], st["placement"]["reason"]
+    cds = domains(cluster, namespace)
+    assert len(cds) == 1, cds
+    cd = cds[0]
+    assert cd["spec"]["numNodes"] == 0 and "kubeforge.io/compute-domain" in cd["metadata"]["finalizers"]
+    assert cd["metadata"]["ownerReferences"][0]["name"] == "gang"
+    channel = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    for p in job_pods(cluster, namespace, "gang"):
+        refs = {c["name"]: c["resourceClaimTemplateName"] for c in p["spec"]["resourceClaims"]}
+        assert refs["compute-domain"] == channel, refs
+    wait_for(lambda: (condition(job_status(cluster, namespace, "gang"), "ComputeDomainReady") or {}).get("status") == "True",
+             timeout=90, what="ComputeDomainReady=True")
+    # Restart in place: a worker is deleted by someone else (a preemption); the gang restarts in the clique.
+    victim = job_pods(cluster, namespace, "gang")[0]["metadata"]["name"]
+    cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+    wait_for(lambda: (job_status(cluster, namespace, "gang").get("restarts") or {}).get("preemptions") == 1,
+             timeout=60, what="the gang restarted")
+    wait_for(lambda: job_status(cluster, namespace, "gang").get("phase") == "Running", timeout=180, what="gang Running again")
+    after = domains(cluster, namespace)
+    assert [d["metadata"]["uid"] for d in after] == [cd["metadata"]["uid"]], after
+    # Delete: no domain, no claim, no template left.
+    cluster.kubectl("delete", "trainingjob", "gang", "-n", namespace, "--wait=false")
+    wait_for(lambda: not domains(cluster, namespace), timeout=120, what="the ComputeDomain gone")
+    wait_for(lambda: not claims(cluster, namespace), timeout=120, what="the claims gone")
+    wait_for(lambda: not get_json(cluster, "resourceclaimtemplates", "-n", namespace)["items"], timeout=60,
+             what="the claim templates gone")
