@@ -134,7 +134,7 @@ def _own(container: Mapping[str, Any], extended_only: bool = True) -> dict[str, 
     # Requests default to limits when left out (API defaulting; always so for extended resources).
     merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
     return {k: quantity_value(k, v) for k, v in merged.items()
-            if "/" in k or (not extended_only and k in NATIVE_RESOURCES)}
+            if "/" in k or k.startswith("dra:") or (not extended_only and k in NATIVE_RESOURCES)}
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubeforge.admission import PoolView, is_dra_pool
+from kubeforge.admission import PoolView, clique_level, gang_request, is_dra_pool
 from kubeforge.builders.training import (
     COMPUTE_DOMAIN_FINALIZER, build_compute_domain, build_gpu_claim_template, channel_template_name,
     compute_domain_name, gpu_claim_template_name,
@@ -24,10 +24,17 @@ RESOURCES.setdefault("ResourceClaimTemplate", Resource("/apis/resource.k8s.io/v1
 RESOURCES.setdefault("ComputeDomain", Resource(f"/apis/{COMPUTE_DOMAIN_API_VERSION}", "computedomains"))
 
 
-def domain_cliques(rt: Runtime, view: PoolView | None, placement: PlacementRecord | None) -> tuple[str, ...] | None:
-    """The NVLink cliques of a placement that needs a ComputeDomain: a DRA pool, several nodes,
+def domain_cliques(rt: Runtime, view: PoolView | None, placement: PlacementRecord | None,
+                   job: TrainingJobRecord) -> tuple[str, ...] | None:
+    """The NVLink cliques of a placement that needs a ComputeDomain: a gang whose topology level is
+    the clique level of a DRA pool (:func:`~kubeforge.admission.clique_level`), on several nodes,
     every one of them in a clique (``nvidia.com/gpu.clique``); else None."""
     if view is None or placement is None or not is_dra_pool(view.record) or len(set(placement.nodes)) < 2:
+        return None
+    try:
+        if job.spec is None or clique_level(view, gang_request(job, view.resource)) is None:
+            return None
+    except (TypeError, ValueError, AttributeError, KeyError):
         return None
     cliques = set()
     for name in placement.nodes:

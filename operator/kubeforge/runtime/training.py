@@ -92,7 +92,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
         pool_prices=prices, create_error=rt.cache.create_errors.get(key),
         spec_hash=spec_hash(job) if job.spec is not None else "",
         preempted_by=(rt.cache.preempt_requests[key][:2] if key in rt.cache.preempt_requests else None),
-        domain_cliques=domain_cliques(rt, view, placement or assumed),
+        domain_cliques=domain_cliques(rt, view, placement or assumed, job),
         compute_domains=tuple(rt.cache.job_compute_domains(key)),
     )
 
@@ -242,7 +242,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     if not ranks:
         return
     last = status.get("lastCheckpoint")
-    gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement))
+    gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement, job))
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else "nvidia.com/gpu",
