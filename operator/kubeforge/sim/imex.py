@@ -47,6 +47,14 @@ def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay
     cliques = {n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.clique", "")
                for n in core.list_node(label_selector="kubeforge.io/sim-dra").items}
     for cd in domains:
+        try:
+            _one(api, cd, claims, cliques, seen, delay, now)
+        except ApiException as e:  # one domain (say, in a namespace being deleted) never stops the others
+            log.warning("ComputeDomain %s/%s: %s", cd["metadata"].get("namespace"), cd["metadata"].get("name"), e.status)
+
+
+def _one(api: client.CustomObjectsApi, cd: dict, claims: list, cliques: dict, seen: dict, delay: float, now: float) -> None:
+    if True:
         md, spec = cd["metadata"], cd.get("spec") or {}
         ns, name, uid = md["namespace"], md["name"], md["uid"]
         template = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
@@ -58,7 +66,7 @@ def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay
                 _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
                         [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
                          {"op": "remove", "path": "/metadata/finalizers/0"}])
-            continue
+            return
         if FINALIZER not in finalizers:
             _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
                     {"metadata": {"finalizers": finalizers + [FINALIZER]}})
@@ -70,7 +78,7 @@ def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay
                     "spec": {"metadata": {"labels": {DOMAIN_LABEL: uid}},
                              "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
                                  "deviceClassName": CHANNEL_CLASS, "allocationMode": "ExactCount", "count": 1}}]}}}}
-            _ignore((409,), api.create_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", body)
+            _ignore((403, 409), api.create_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", body)
         nodes = set()
         for c in claims:
             if (c["metadata"].get("labels") or {}).get(DOMAIN_LABEL) != uid:
