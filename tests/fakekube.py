@@ -41,6 +41,11 @@ HANDLERS = {"Pod": ("kf_pods", ix.kf_pods), "Node": ("kf_nodes", ix.kf_nodes), "
 INDEX_NAMES = [name for name, _ in HANDLERS.values()] + ["kf_deployments"]
 
 
+_UIDS = itertools.count(1)
+"""One counter for every fake cluster of the process: specs are parsed once per (uid, generation)
+(objects.parse_spec), so a uid must never name two objects, as in a real cluster."""
+
+
 def stamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -107,7 +112,7 @@ class FakeKube:
         self.now = now
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.rv = itertools.count(1)
-        self.uids = itertools.count(1)
+        self.uids = _UIDS
         self.stores = {name: Store() for name in INDEX_NAMES}
         self.fail_next: list[str] = []
         """Faults of the next writes: "create" (the next pod create gets no answer and is not
