@@ -4,7 +4,8 @@ This is the one writer of a TrainingJob's status. Order of the writes (see
 :class:`~kubeforge.lifecycle.TrainingPlan`): the status first (a new attempt, or a placement,
 is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
 never look like someone else's), then deletes, then the volume claim and the namespace's
-workers Service if missing, then the pods, all at once. A refused create is handed back to
+workers Service if missing, then the pods, all at once (behind the volume gate while the
+claim is not Bound: :mod:`kubeforge.lifecycle._volume`). A refused create is handed back to
 the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
 says why; it is never retried in a loop.
 """
@@ -21,7 +22,9 @@ from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
 from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
+from kubeforge.lifecycle._volume import OUR_GATES
 from kubeforge.objects import Key, TrainingJobRecord, current_attempt, placement_of
+from kubeforge.objects._labels import VOLUME_GATE
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 
@@ -65,7 +68,10 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
 
 def _claim_wait(rt: Runtime, job: TrainingJobRecord) -> str | None:
     claim = rt.cache.claim((job.namespace, pvc_name(job.name)))
-    return claim_wait(job, claim, rt.cache.binding_mode(claim[1]) if claim else None)
+    # An absent claim will be created with spec.checkpoint.storageClassName (or the default
+    # class, unknown here: then the pods are gated and lifted once the claim shows its class).
+    cls = claim[1] if claim else (job.spec.checkpoint.storage_class_name if job.spec else None)
+    return claim_wait(job, claim, rt.cache.binding_mode(cls) if cls else None)
 
 
 async def reconcile_job(rt: Runtime, key: Key) -> float | None:
@@ -160,8 +166,12 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         cache.expect(cache.deleted, key, doomed)
         await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
     if plan.ungate:
-        await gather_bounded([rt.client.patch("Pod", ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}],
-                                              patch_type="json") for n in plan.ungate])
+        gates = {p.name: p.gates for p in cache.job_pods(key)}
+        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates]
+        results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
+        for (n, _), r in zip(patches, results):
+            if isinstance(r, BaseException):  # the next event (or the resync) decides again
+                log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
     status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
@@ -199,7 +209,8 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else "nvidia.com/gpu",
-                             tolerations=view.tolerations if view else (), last_checkpoint=last)
+                             tolerations=view.tolerations if view else (), last_checkpoint=last,
+                             scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
             for r in ranks]
     cache.expect(cache.created, key, [p["metadata"]["name"] for p in pods])
     results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
@@ -210,6 +221,17 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         if not _refused(rt, key, attempt, "Pod", p["metadata"]["name"], r):
             raise r
         break
+
+
+def _ungate_patch(gates: tuple[str, ...]) -> list[dict[str, Any]]:
+    """JSON patch lifting kubeforge's gates (:data:`~kubeforge.lifecycle._volume.OUR_GATES`)
+    from a pod whose ``spec.schedulingGates`` are ``gates``, and nobody else's: it first tests
+    that the gates are still those (a 422 otherwise, and the next reconcile decides again)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in gates]}]
+    if all(g in OUR_GATES for g in gates):
+        return ops + [{"op": "remove", "path": "/spec/schedulingGates"}]
+    return ops + [{"op": "remove", "path": f"/spec/schedulingGates/{i}"}
+                  for i in reversed(range(len(gates))) if gates[i] in OUR_GATES]
 
 
 def _refused(rt: Runtime, key: Key, attempt: int, kind: str, name: str, err: BaseException) -> bool:
