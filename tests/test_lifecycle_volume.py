@@ -130,8 +130,8 @@ def test_gated_pods_before_the_timeout_are_not_a_lost_placement():
 
 
 def test_builder_puts_the_gate_after_the_template_s_own():
-    j = job(2, status=admitted(2))
-    j.spec.template.spec["schedulingGates"] = [{"name": "example.com/mine"}]
+    j = job(2, status=admitted(2), template={"spec": {"schedulingGates": [{"name": "example.com/mine"}],
+                                                      "containers": [{"name": "trainer", "image": "pytorch:2"}]}})
     pl = PlacementRecord("h100-spot", ("ib0-nvl0-0", "ib0-nvl0-1"), "nvlink", "sim-ib0.0")
     gated = build_worker_pod(j, rank=0, attempt=0, placement=pl, scheduling_gates=(VOLUME_GATE,))
     assert gated["spec"]["schedulingGates"] == [{"name": "example.com/mine"}, {"name": VOLUME_GATE}]

@@ -169,9 +169,14 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         gates = {p.name: p.gates for p in cache.job_pods(key)}
         patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates]
         results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
-        for (n, _), r in zip(patches, results):
-            if isinstance(r, BaseException):  # the next event (or the resync) decides again
-                log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
+        failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
+        for n, r in failed:
+            log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
+        # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
+        # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
+        retry = next((r for _, r in failed if not isinstance(r, ApiError) or r.transient), None)
+        if retry is not None:
+            raise retry
     status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
