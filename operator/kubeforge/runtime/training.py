@@ -166,11 +166,17 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         cache.expect(cache.deleted, key, doomed)
         await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
     if plan.ungate:
+        # A lift sent is expected until the index shows the pod ungated (the claim's status
+        # events bring the job back several times within a second): kept in the job's book of
+        # its own writes not yet seen, under a name no pod has.
+        sent = cache.expected(cache.created, key)
         gates = {p.name: p.gates for p in cache.job_pods(key)}
-        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates]
+        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates and f"ungate:{n}" not in sent]
+        cache.expect(cache.created, key, [f"ungate:{n}" for n, _ in patches])
         results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
         failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
         for n, r in failed:
+            cache.created.get(key, {}).pop(f"ungate:{n}", None)
             log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
         # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
         # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
