@@ -4,9 +4,11 @@
 binaries for every component (so it never downloads anything), with RBAC and the default
 admission plugins on, then:
 
-- installs a default StorageClass (``kubeforge-sim``) and starts the sim provisioner
-  (:mod:`kubeforge.sim.provisioner`) that binds each PVC to a hostPath PV, because
-  kube-scheduler will not place a pod whose PVC is unbound and the sim has no CSI driver;
+- installs a default StorageClass (``kubeforge-sim``, provisioner ``kubeforge.io/sim``) and
+  starts the sim provisioner (:mod:`kubeforge.sim.provisioner`), which behaves like a CSI
+  external-provisioner (parallel workers, a cloud driver's create latency) and gives each PVC a
+  hostPath PV, because kube-scheduler will not place a pod whose PVC is unbound and the sim has
+  no CSI driver;
 - creates the fleet's Node objects, which kwok then keeps Ready and whose pods it runs.
 
 State lives under ``$KUBEFORGE_HOME`` (default ``~/.kubeforge``): ``clusters/<name>/kubeconfig``,
