@@ -40,11 +40,13 @@ from kubeforge.admission import (
 from kubeforge.api import GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec
 from kubeforge.builders.serving import build_group_pod
 from kubeforge.builders.training import build_worker_pod, pvc_name, spec_hash
-from kubeforge.lifecycle import TrainingContext, plan_training
+from kubeforge.lifecycle import TrainingContext, claim_wait, plan_training
+from kubeforge.lifecycle._volume import OUR_GATES
 from kubeforge.objects import (
     Key, Node, PlacementRecord, Pod, Taint, TrainingJobRecord, groups_of, placement_of,
     pod_from_k8s, record_from_k8s, tolerates,
 )
+from kubeforge.objects._labels import VOLUME_GATE
 
 GPU = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -172,8 +174,9 @@ def mk_service(name: str, **kw: Any):
 
 
 def worker_manifest(job: TrainingJobRecord, rank: int, attempt: int, placement: PlacementRecord,
-                    resource: str = GPU, created: float = NOW - 60) -> dict[str, Any]:
-    m = build_worker_pod(job, rank=rank, attempt=attempt, placement=placement, gpu_resource=resource)
+                    resource: str = GPU, created: float = NOW - 60, gates: tuple[str, ...] = ()) -> dict[str, Any]:
+    m = build_worker_pod(job, rank=rank, attempt=attempt, placement=placement, gpu_resource=resource,
+                         scheduling_gates=gates)
     m["metadata"]["creationTimestamp"] = iso(created)
     m["metadata"]["uid"] = f"pod-{next(_uids)}"
     return m
@@ -495,10 +498,9 @@ class SimCluster:
         assumed = None if pl else self.assumed.get(key)
         held = pl or assumed
         names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
-        claim = None if rec.spec.checkpoint.existing_claim_name else self.claims.get((key[0], pvc_name(key[1])))
-        claim_wait = None if rec.spec.checkpoint.existing_claim_name or claim == "Bound" else f"claim {claim}"
+        phase = self.claims.get((key[0], pvc_name(key[1])))
         ctx = TrainingContext(
-            claim_wait=claim_wait, now=self.now, pods=pods, nodes={n: self.nodes[n] for n in names if n in self.nodes}, assumed=assumed,
+            claim_wait=claim_wait(rec, (phase, "standard") if phase else None, "Immediate"), now=self.now, pods=pods, nodes={n: self.nodes[n] for n in names if n in self.nodes}, assumed=assumed,
             waiting=self.waiting.get(key), last_wait_write=sj.last_wait_write,
             pool_prices={n: (p.spec.price_per_gpu_hour if p.spec else None) for n, p in self.pools.items()},
             spec_hash=spec_hash(rec),
@@ -517,7 +519,7 @@ class SimCluster:
                 sj.last_wait_write = self.now
         if plan.forget_assumed:
             self.assumed.pop(key, None)
-        if self.crash_pending and (plan.delete_pods or plan.create_ranks):
+        if self.crash_pending and (plan.delete_pods or plan.create_ranks or plan.ungate):
             self.crash_pending = False
             self.crashes += 1
             self.assumed.clear()
@@ -529,6 +531,9 @@ class SimCluster:
             if (key[0], name) not in self.pods:
                 self.fail(f"{key}: asked to delete pod {name} that does not exist")
             self.delete_pod((key[0], name))
+        for name in plan.ungate:
+            sp = self.pods[(key[0], name)]
+            sp.pod = replace(sp.pod, gates=tuple(g for g in sp.pod.gates if g not in OUR_GATES))
         status = sj.status
         placement = placement_of(status)
         if placement is None:
@@ -541,7 +546,8 @@ class SimCluster:
         pool = self.pools.get(placement.pool)
         fresh = sj.record()
         for r in plan.create_ranks:
-            m = worker_manifest(fresh, r, attempt, placement, resource=pool_resource(pool), created=self.now)
+            m = worker_manifest(fresh, r, attempt, placement, resource=pool_resource(pool), created=self.now,
+                                gates=(VOLUME_GATE,) if plan.volume_gate else ())
             name = m["metadata"]["name"]
             if (key[0], name) in self.pods:
                 self.fail(f"{key}: created pod {name} twice")

@@ -19,6 +19,7 @@ from kubeforge.admission import (
 from kubeforge.builders.training import spec_hash
 from kubeforge.lifecycle import TrainingContext, plan_training
 from kubeforge.objects import PlacementRecord, Taint, pod_requests
+from kubeforge.objects._labels import VOLUME_GATE
 
 from simcluster import (
     BLOCK, CLIQUE, GPU, NOW, NS, SPOT, SimCluster, foreign_pod, iso, job_body, mk_job, mk_node, mk_pool,
@@ -605,9 +606,10 @@ def test_nothing_is_placed_for_a_service_being_deleted_or_invalid():
 
 
 def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods():
-    """One pass of the runtime: an admitted gang's reconcile writes status.placement (and makes
-    its checkpoint claim); once the claim is bound it creates one pod per rank pinned to
-    placement.nodes[rank]. The ledger holds the same GPUs all along."""
+    """One pass of the runtime: an admitted gang's reconcile writes status.placement, makes its
+    checkpoint claim and, in the same step, one pod per rank pinned to placement.nodes[rank]
+    behind the volume gate; once the claim is bound the gate is lifted. The ledger holds the
+    same GPUs all along."""
     sim = SimCluster(nodes(2), [mk_pool("p")])
     key = sim.add_job(job_body("j", replicas=2, gpus=8, created=NOW - 5))
     plan = sim.admission_round()
@@ -616,13 +618,16 @@ def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods()
     st = sim.jobs[key].status
     assert st["placement"]["nodes"] == list(admitted(plan)["j"].placement.nodes)
     assert st["attempt"] == 0 and key not in sim.assumed
-    assert sim.claims == {(NS, "j-checkpoint"): "Pending"} and sim.job_pods(key) == []
-    assert build_ledger(sim.snapshot(), GPU).per_node == before
-    sim.kubelet()  # the provisioner binds the claim
-    sim.reconcile(key)
+    assert sim.claims == {(NS, "j-checkpoint"): "Pending"}
     pods = sorted(sim.job_pods(key), key=lambda p: p.rank)
-    assert [(p.name, p.assigned, p.attempt) for p in pods] == [
-        ("j-worker-0-0", st["placement"]["nodes"][0], 0), ("j-worker-1-0", st["placement"]["nodes"][1], 0)]
+    assert [(p.name, p.assigned, p.attempt, p.gates) for p in pods] == [
+        ("j-worker-0-0", st["placement"]["nodes"][0], 0, (VOLUME_GATE,)),
+        ("j-worker-1-0", st["placement"]["nodes"][1], 0, (VOLUME_GATE,))]
+    assert build_ledger(sim.snapshot(), GPU).per_node == before
+    sim.kubelet()  # the provisioner binds the claim; gated pods are not bound
+    assert all(p.node is None for p in sim.job_pods(key))
+    sim.reconcile(key)
+    assert all(p.gates == () for p in sim.job_pods(key))
     assert build_ledger(sim.snapshot(), GPU).per_node == before
     sim.settle()
     sim.check_settled()

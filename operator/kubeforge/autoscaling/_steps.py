@@ -275,7 +275,10 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
     idle period, and a count already out of bounds is moved by :func:`decide` first). Then never
     ask for replicas the pool cannot place: a scale-up past ``placeable`` (replicas in total)
     gets ``max(current, placeable)`` (:data:`INSUFFICIENT_CAPACITY`, counting the missing
-    replicas and GPUs); never a scale-down because of capacity.
+    replicas and GPUs), except from zero: a service at zero with demand (requests the
+    activator holds) asks for one replica even when none fits now, so that replica waits for
+    GPUs in admission's queue (placed the moment room appears) and the status says what it waits
+    for instead of "scaled to zero while idle"; never a scale-down because of capacity.
 
     Args:
         limit: :func:`rate_limit`'s outcome (its reason stands unless a bound moves it).
@@ -293,12 +296,15 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
                 reason, msg = R.TOO_FEW_REPLICAS, f"{desired} wanted, less than minReplicas {p.min_replicas}"
             desired = floor
     if placeable is not None and desired > current and desired > placeable:
-        capped = max(current, placeable)
+        fits = max(current, placeable)
+        capped = max(fits, 1 if current == 0 else 0)
         gpr = p.gpus_per_replica
-        need, can, short = desired - current, capped - current, desired - capped
+        need, can, short = desired - current, fits - current, desired - fits
         reason = R.INSUFFICIENT_CAPACITY
         msg = (f"{desired} wanted but the pool can place {_replicas(placeable)} in total: "
                f"needs {need} more {'replica' if need == 1 else 'replicas'} ({_gpus(need * gpr)}); "
                f"the pool can place {can} more ({_gpus(can * gpr)}), {short} short ({_gpus(short * gpr)})")
+        if capped > fits:
+            msg += "; from zero, 1 replica is asked for anyway and waits for GPUs"
         desired = capped
     return Limit(desired, reason, msg, limit.panic)

@@ -21,7 +21,8 @@ pod's ``hostname`` + ``subdomain`` and one headless Service per namespace
 created once, instead of one Service write per job (JobSet and Kubeflow make one per job).
 
 Workers are created already placed: node affinity pins rank ``r`` to ``placement.nodes[r]``
-(ANDed into the template's own required node affinity) and there is no scheduling gate. The
+(ANDed into the template's own required node affinity), with no scheduling gate but the volume
+gate while the gang's own claim binds (:mod:`kubeforge.lifecycle._volume`). The
 ledger reserved those GPUs when the gang was admitted, so the whole gang binds as soon as its
 pods exist; kube-scheduler still does the binding, with all its checks (taints, volumes,
 resources, the template's own constraints).
@@ -251,6 +252,7 @@ def build_worker_pod(
     last_checkpoint: Mapping[str, Any] | None = None,
     gpu_claim_template: str | None = None,
     channel_claim_template: str | None = None,
+    scheduling_gates: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One worker pod of a gang, already placed.
 
@@ -266,6 +268,8 @@ def build_worker_pod(
         gpu_claim_template: In a DRA pool, the job's ResourceClaimTemplate: the pod gets its GPUs
             as a claim from it (:func:`build_gpu_claim_template`) instead of ``gpu_resource`` limits.
         channel_claim_template: The IMEX channel template of the gang's ComputeDomain, if any.
+        scheduling_gates: kubeforge's gates to create the pod behind (e.g. the volume gate
+            while the gang's claim binds), appended to the template's own.
 
     Returns:
         A Pod manifest. ``restartPolicy`` is ``Never``: the operator restarts whole gangs.
@@ -326,6 +330,9 @@ def build_worker_pod(
     affinity["nodeAffinity"] = node_affinity(pinned, rank, levels, affinity.get("nodeAffinity"))
     pod_spec["affinity"] = affinity
     pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
+    if scheduling_gates:
+        own = [g for g in pod_spec.get("schedulingGates") or [] if g.get("name") not in scheduling_gates]
+        pod_spec["schedulingGates"] = own + [{"name": g} for g in scheduling_gates]
 
     labels = {**(tmd.get("labels") or {}), **job_labels(name), ROLE_LABEL: WORKER_ROLE,
               REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt), POOL_LABEL: placement.pool}

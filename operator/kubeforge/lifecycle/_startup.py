@@ -14,6 +14,7 @@ from kubeforge.lifecycle._accounting import backoff
 from kubeforge.lifecycle._outcome import rejected_by_kubelet
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import stop_gang
+from kubeforge.lifecycle._volume import VOLUME_NOT_BOUND
 from kubeforge.objects import PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE, Pod, status_time
 from kubeforge.placement import node_misfit
 
@@ -107,7 +108,7 @@ def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None =
     (VolumeNotBound), else StartupTimeout."""
     by_rank = {p.rank: p for p in current}
     parts: list[str] = [claim_wait] if claim_wait else []
-    reason = "" if not claim_wait else "VolumeNotBound"
+    reason = "" if not claim_wait else VOLUME_NOT_BOUND
     for r in range(replicas):
         p = by_rank.get(r)
         if p is None:

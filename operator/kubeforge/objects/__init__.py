@@ -10,7 +10,8 @@ records of kubeforge's own objects with their specs parsed once into the API mod
 
 from kubeforge.objects._labels import (
     ADMISSION_GATE, ASSIGNED_NODE, GANG_GATE, GROUP_INDEX, GROUP_ROLE, JOB_NAME, LEADER_ROLE, MANAGED_BY, MANAGER,
-    POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, WORKER_INDEX, WORKER_ROLE,
+    POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, VOLUME_GATE, WORKER_INDEX,
+    WORKER_ROLE,
 )
 from kubeforge.objects._reasons import (
     BLOCKED_UNTIL_SPEC_CHANGES, INVALID_SPEC, NAMESPACE_TERMINATING, PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE,
@@ -44,7 +45,7 @@ __all__ = [
     "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "NATIVE_RESOURCES", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",
     "POOL_LABEL", "REPLICA_INDEX", "RESTART_ATTEMPT", "ROLE_LABEL", "SERVICE_NAME",
     "STUCK_WAITING_REASONS", "TEMPLATE_HASH", "TERMINAL_PHASES", "WORKER_ROLE",
-    "DeploymentState", "GROUP_INDEX", "GROUP_ROLE", "GroupRecord", "LEADER_ROLE", "WORKER_INDEX", "groups_of", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
+    "DeploymentState", "VOLUME_GATE", "GROUP_INDEX", "GROUP_ROLE", "GroupRecord", "LEADER_ROLE", "WORKER_INDEX", "groups_of", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
     "TrainingJobRecord", "condition", "gpu_request_conflict", "quantity_value", "rank_gpus", "rank_requests",
     "replica_requests", "set_main_gpus", "condition_time", "current_attempt", "deployment_from_k8s", "interruption_reason",
     "is_interrupted", "is_terminal", "main_container", "node_from_k8s", "not_ready_wait",

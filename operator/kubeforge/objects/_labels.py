@@ -35,3 +35,9 @@ WORKER_INDEX = "kubeforge.io/worker-index"
 GROUP_ROLE = "kubeforge.io/group-role"
 """Label on an InferenceService's pods: ``leader`` or ``worker``."""
 LEADER_ROLE = "leader"
+VOLUME_GATE = "kubeforge.io/checkpoint-claim"
+"""Scheduling gate of TrainingJob workers created while the gang's own checkpoint claim, of a
+StorageClass that binds immediately, is not Bound yet: the pods exist as soon as the placement
+is written (the claim is created in the same step), and kube-scheduler, which would only
+refuse them ("unbound immediate PersistentVolumeClaims") and back them off, sees them once the
+claim is Bound and the operator lifts the gate."""

@@ -7,12 +7,10 @@ held by the activator until a replica is Ready (see :mod:`kubeforge.api._activat
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from kubeforge.api._activation import ENDPOINT_PORT_NAME
-from kubeforge.runtime.client import ApiError
-from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.state import Runtime, every
 
 log = logging.getLogger("kubeforge.activator")
 ACTIVATOR_POLL_SECONDS = 10.0
@@ -41,21 +39,14 @@ async def activator_loop(rt: Runtime) -> None:
         return
     ns, name = ref
     await rt.ready.wait()
-    failing = False
-    while True:
-        try:
-            body = await rt.client.get("EndpointSlice", ns, None, labelSelector=f"kubernetes.io/service-name={name}")
-            found = ready_addresses((body or {}).get("items") or [])
-            if found != rt.cache.activator:
-                log.info("activator %s/%s at %s (port %s)", ns, name, ", ".join(found[0]) or "no ready address", found[1])
-                rt.cache.activator = found
-                for key in list(rt.cache.serving):
-                    rt.queue_service(key)
-            failing = False
-        except asyncio.CancelledError:
-            raise
-        except ApiError as e:
-            if not failing:
-                log.warning("activator endpoints not read: %s", e)
-            failing = True
-        await asyncio.sleep(ACTIVATOR_POLL_SECONDS)
+
+    async def step() -> None:
+        body = await rt.client.get("EndpointSlice", ns, None, labelSelector=f"kubernetes.io/service-name={name}")
+        found = ready_addresses((body or {}).get("items") or [])
+        if found != rt.cache.activator:
+            log.info("activator %s/%s at %s (port %s)", ns, name, ", ".join(found[0]) or "no ready address", found[1])
+            rt.cache.activator = found
+            for key in list(rt.cache.serving):
+                rt.queue_service(key)
+
+    await every(ACTIVATOR_POLL_SECONDS, step, "activator endpoints not read", log)

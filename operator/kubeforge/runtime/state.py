@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from kubeforge.objects import Key, Record
 from kubeforge.runtime.cache import Cache
-from kubeforge.runtime.client import KubeClient
+from kubeforge.runtime.client import ApiError, KubeClient
 from kubeforge.runtime.events import EventSink, ObjectRef
 
 
@@ -82,3 +83,24 @@ class Runtime:
         """Post an Event about one of our objects (in the background)."""
         if self.events is not None:
             self.events.post(ObjectRef(kind, rec.namespace, rec.name, rec.uid), type_, reason, message, now)
+
+
+async def every(seconds: float, step: Callable[[], Awaitable[None]], what: str, log: logging.Logger) -> None:
+    """Run ``step`` forever, ``seconds`` apart, one log line per failure streak (an API error
+    as a warning, anything else with its traceback once), never a traceback per loop."""
+    failing = False
+    while True:
+        try:
+            await step()
+            failing = False
+        except asyncio.CancelledError:
+            raise
+        except ApiError as e:
+            if not failing:
+                log.warning("%s: %s", what, e)
+            failing = True
+        except Exception:
+            if not failing:
+                log.exception(what)
+            failing = True
+        await asyncio.sleep(seconds)

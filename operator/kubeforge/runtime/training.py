@@ -4,7 +4,8 @@ This is the one writer of a TrainingJob's status. Order of the writes (see
 :class:`~kubeforge.lifecycle.TrainingPlan`): the status first (a new attempt, or a placement,
 is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
 never look like someone else's), then deletes, then the volume claim and the namespace's
-workers Service if missing, then the pods, all at once. A refused create is handed back to
+workers Service if missing, then the pods, all at once (behind the volume gate while the
+claim is not Bound: :mod:`kubeforge.lifecycle._volume`). A refused create is handed back to
 the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
 says why; it is never retried in a loop.
 """
@@ -22,7 +23,9 @@ from kubeforge.builders.training import (
 )
 from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
 from kubeforge.admission import gang_request
-from kubeforge.objects import Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
+from kubeforge.lifecycle._volume import OUR_GATES
+from kubeforge.objects import VOLUME_GATE, Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
+
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
 from kubeforge.runtime.state import Runtime
@@ -99,7 +102,10 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
 
 def _claim_wait(rt: Runtime, job: TrainingJobRecord) -> str | None:
     claim = rt.cache.claim((job.namespace, pvc_name(job.name)))
-    return claim_wait(job, claim, rt.cache.binding_mode(claim[1]) if claim else None)
+    # An absent claim will be created with spec.checkpoint.storageClassName (or the default
+    # class, unknown here: then the pods are gated and lifted once the claim shows its class).
+    cls = claim[1] if claim else (job.spec.checkpoint.storage_class_name if job.spec else None)
+    return claim_wait(job, claim, rt.cache.binding_mode(cls) if cls else None)
 
 
 async def reconcile_job(rt: Runtime, key: Key) -> float | None:
@@ -203,8 +209,23 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         cache.expect(cache.deleted, key, doomed)
         await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
     if plan.ungate:
-        await gather_bounded([rt.client.patch("Pod", ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}],
-                                              patch_type="json") for n in plan.ungate])
+        # A lift sent is expected until the index shows the pod ungated (the claim's status
+        # events bring the job back several times within a second): kept in the job's book of
+        # its own writes not yet seen, under a name no pod has.
+        sent = cache.expected(cache.created, key)
+        gates = {p.name: p.gates for p in cache.job_pods(key)}
+        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates and f"ungate:{n}" not in sent]
+        cache.expect(cache.created, key, [f"ungate:{n}" for n, _ in patches])
+        results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
+        failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
+        for n, r in failed:
+            cache.created.get(key, {}).pop(f"ungate:{n}", None)
+            log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
+        # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
+        # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
+        retry = next((r for _, r in failed if not isinstance(r, ApiError) or r.transient), None)
+        if retry is not None:
+            raise retry
     status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
@@ -247,7 +268,8 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else "nvidia.com/gpu",
                              tolerations=view.tolerations if view else (), last_checkpoint=last,
-                             gpu_claim_template=gpu_template, channel_claim_template=channel_template)
+                             gpu_claim_template=gpu_template, channel_claim_template=channel_template,
+                             scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
             for r in ranks]
     cache.expect(cache.created, key, [p["metadata"]["name"] for p in pods])
     results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
@@ -258,6 +280,17 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         if not _refused(rt, key, attempt, "Pod", p["metadata"]["name"], r):
             raise r
         break
+
+
+def _ungate_patch(gates: tuple[str, ...]) -> list[dict[str, Any]]:
+    """JSON patch lifting kubeforge's gates (:data:`~kubeforge.lifecycle._volume.OUR_GATES`)
+    from a pod whose ``spec.schedulingGates`` are ``gates``, and nobody else's: it first tests
+    that the gates are still those (a 422 otherwise, and the next reconcile decides again)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in gates]}]
+    if all(g in OUR_GATES for g in gates):
+        return ops + [{"op": "remove", "path": "/spec/schedulingGates"}]
+    return ops + [{"op": "remove", "path": f"/spec/schedulingGates/{i}"}
+                  for i in reversed(range(len(gates))) if gates[i] in OUR_GATES]
 
 
 def _refused(rt: Runtime, key: Key, attempt: int, kind: str, name: str, err: BaseException) -> bool:

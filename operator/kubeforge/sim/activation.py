@@ -11,17 +11,13 @@ header, and every forward goes to the model-server simulator (``--backend-overri
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from kubeforge.demo import LOCAL_ACTIVATOR, free_port
+from kubeforge.sim._process import stop_process, wait_http_ok
 
 ACTIVATOR_IP = "10.255.0.1"
 """The placeholder address the activator's EndpointSlice lists (and the process calls its own)."""
@@ -78,28 +74,13 @@ class LocalActivator:
              "--metrics-port", str(self.metrics_port), "--own-address", ACTIVATOR_IP, "--identity", "sim-activator",
              "--retry-after", "2", "--shutdown-grace", "1", "--backend-override", self.backend],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.cluster.env(), start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
+        if wait_http_ok(self.proc, f"http://127.0.0.1:{self.metrics_port}/readyz", timeout):
+            return self
         self.stop()
         raise RuntimeError(f"the activator did not become ready in {timeout:.0f}s (log: {self.log_path})")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_process(self.proc, 15.0)
         self.proc = None
 
     def __enter__(self) -> "LocalActivator":
