@@ -173,6 +173,30 @@ def test_nvlink_request_only_for_multi_node_gangs_of_dra_clique_pools():
     assert not nvlink_request(gang, pool_view(dp, {n.name: replace(n, allocatable={"nvidia.com/gpu": 4}) for n in rack(1, 4)}, {})).whole_nodes
 
 
+# --------------------------------------------------------------------------- serving in a DRA pool
+
+
+def test_serving_replicas_are_refused_in_a_dra_pool_and_placed_in_the_next_device_plugin_pool():
+    """No serving claims yet: a DRA pool gives an InferenceService no shape (a message, never a
+    ``dra:`` key in container limits); admission places its groups in a device-plugin pool the
+    service lists after it, and with none says why it waits."""
+    from kubeforge.admission import group_shape
+    from simcluster import mk_service
+
+    dp_nodes = [mk_node(f"dp-{i}", gpus=4, labels={"grp": "dp"}) for i in range(2)]
+    pools = [dra_pool("p"), mk_pool("q", selector={"matchLabels": {"grp": "dp"}})]
+    both = mk_service("both", pools=("p", "q"), gpus=2, status={"desiredReplicas": 1})
+    only = mk_service("only", pools=("p",), gpus=2, status={"desiredReplicas": 1})
+    snap = replace(dra_snapshot(pools, rack(1, 2) + dp_nodes), services={s.key: s for s in (both, only)})
+    shape = group_shape(only, pool_view(snap.pools["p"], snap.nodes, {}))
+    assert isinstance(shape, str) and "GPUPool p allocates GPUs through DRA" in shape
+    plan = plan_admission(snap, NOW)
+    assert [(g.key, g.pool) for g in plan.groups] == [(both.key, "q")]
+    assert set(plan.groups[0].placement.nodes) <= {"dp-0", "dp-1"}
+    reason, message = plan.serving_waits[only.key]
+    assert reason == "Unschedulable" and "allocates GPUs through DRA" in message
+
+
 # --------------------------------------------------------------------------- ComputeDomain
 
 

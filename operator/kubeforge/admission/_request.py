@@ -103,9 +103,17 @@ def group_shape(svc: InferenceServiceRecord, view: PoolView) -> GroupShape | str
     divide G (a tensor x pipeline split over whole nodes, as vLLM and SGLang run it). A group of
     several pods stays inside one domain of ``topology.level`` (default: the pool's narrowest
     level, its NVLink domain when detected), ``Required`` unless the spec says otherwise.
+
+    A DRA pool (``deviceAllocation: DRA``) gives no shape for now: its GPUs are handed out as
+    ResourceClaims, which the serving builders do not make yet, and a ``dra:<driver>`` ledger key
+    is no container resource the API server accepts. The message says so (the serving runtime
+    reports it as InvalidSpec; admission tries the service's next pool).
     """
     spec = svc.spec
     assert spec is not None
+    if is_dra_pool(view.record):
+        return (f"GPUPool {view.name} allocates GPUs through DRA: InferenceService replicas run on device-plugin "
+                f"pools for now (list one in spec.pools)")
     total = spec.replica_gpus
     per_node = max((n.gpus_allocatable for n in view.nodes), default=0)
     if per_node == 0 or total <= per_node:
