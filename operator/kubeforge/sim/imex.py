@@ -26,74 +26,100 @@ from kubernetes.client.rest import ApiException
 log = logging.getLogger("kubeforge.sim.imex")
 FINALIZER = "resource.nvidia.com/computeDomain"
 DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
-CD = ("resource.nvidia.com", "v1beta1", "computedomains")
+CD_GROUP, CD_VERSION, CD_PLURAL = "resource.nvidia.com", "v1beta1", "computedomains"
+CD = (CD_GROUP, CD_VERSION, CD_PLURAL)
+"""For ``list_cluster_custom_object``; namespaced calls take (group, version, namespace, plural, name)."""
 RES = ("resource.k8s.io", "v1")
 
 
-def _ignore(codes, fn, *a, **kw):
+def _call(what: str, expected: tuple[int, ...], fn, *a, **kw):
+    """``fn(*a, **kw)``; an ApiException whose status is in ``expected`` (a 404 of an object gone
+    meanwhile, a 409 of a stale write decided again next step) returns None. Anything else is
+    logged with the API server's message (a 422 means the sim writes what the schema refuses: it
+    must be seen, never swallowed) and returns None, so one object never stops the others."""
     try:
         return fn(*a, **kw)
     except ApiException as e:
-        if e.status not in codes:
-            raise
+        # A 404 whose body is no Status is a path the API server does not serve (a bug here,
+        # not an object gone meanwhile): logged like any refusal.
+        gone = e.status == 404 and '"kind":"Status"' in (e.body or "").replace(" ", "")
+        if e.status not in expected or (e.status == 404 and not gone):
+            log.warning("%s: %s %s: %s", what, e.status, e.reason, (e.body or "")[:500])
         return None
 
 
+def _domain_nodes(claims: list, uid: str) -> set[str]:
+    """Nodes where a channel claim of the domain ``uid`` is allocated (its devices' pool is the
+    node's name, as the sim's slices publish them)."""
+    nodes: set[str] = set()
+    for c in claims:
+        if (c["metadata"].get("labels") or {}).get(DOMAIN_LABEL) != uid:
+            continue
+        for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+            if r.get("pool"):
+                nodes.add(r["pool"])
+    return nodes
+
+
 def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay: float, now: float) -> None:
+    """One pass over every ComputeDomain (see the module docstring)."""
     domains = api.list_cluster_custom_object(*CD).get("items") or []
     if not domains:
+        seen.clear()
         return
     claims = api.list_cluster_custom_object(*RES, "resourceclaims", label_selector=DOMAIN_LABEL).get("items") or []
     cliques = {n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.clique", "")
                for n in core.list_node(label_selector="kubeforge.io/sim-dra").items}
     for cd in domains:
-        try:
-            _one(api, cd, claims, cliques, seen, delay, now)
-        except ApiException as e:  # one domain (say, in a namespace being deleted) never stops the others
-            log.warning("ComputeDomain %s/%s: %s", cd["metadata"].get("namespace"), cd["metadata"].get("name"), e.status)
+        _one(api, cd, claims, cliques, seen, delay, now)
+    live = {cd["metadata"]["uid"] for cd in domains}
+    for k in [k for k in seen if k[0] not in live]:
+        del seen[k]
 
 
 def _one(api: client.CustomObjectsApi, cd: dict, claims: list, cliques: dict, seen: dict, delay: float, now: float) -> None:
-    if True:
-        md, spec = cd["metadata"], cd.get("spec") or {}
-        ns, name, uid = md["namespace"], md["name"], md["uid"]
-        template = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
-        finalizers = list(md.get("finalizers") or [])
-        if md.get("deletionTimestamp"):
-            if template:
-                _ignore((404,), api.delete_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", template)
-            if finalizers == [FINALIZER]:
-                _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
-                        [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-                         {"op": "remove", "path": "/metadata/finalizers/0"}])
-            return
-        if FINALIZER not in finalizers:
-            _ignore((404, 409, 422), api.patch_namespaced_custom_object, *CD, ns, name,
-                    {"metadata": {"finalizers": finalizers + [FINALIZER]}})
+    md, spec = cd["metadata"], cd.get("spec") or {}
+    ns, name, uid = md["namespace"], md["name"], md["uid"]
+    what = f"ComputeDomain {ns}/{name}"
+    template = ((spec.get("channel") or {}).get("resourceClaimTemplate") or {}).get("name")
+    finalizers = list(md.get("finalizers") or [])
+    # Merge patches with the resourceVersion read: a 409 if the object changed meanwhile (the
+    # next step decides again), and no JSON patch, whose content type older clients guess wrong.
+    rv = md.get("resourceVersion")
+    if md.get("deletionTimestamp"):
         if template:
-            body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": template, "namespace": ns,
-                                 "ownerReferences": [{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
-                                                      "name": name, "uid": uid}]},
-                    "spec": {"metadata": {"labels": {DOMAIN_LABEL: uid}},
-                             "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
-                                 "deviceClassName": CHANNEL_CLASS, "allocationMode": "ExactCount", "count": 1}}]}}}}
-            _ignore((403, 409), api.create_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", body)
-        nodes = set()
-        for c in claims:
-            if (c["metadata"].get("labels") or {}).get(DOMAIN_LABEL) != uid:
-                continue
-            for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
-                nodes.add(r.get("pool"))
-        entries = []
-        for i, node in enumerate(sorted(n for n in nodes if n)):
-            first = seen.setdefault((uid, node), now)
-            entries.append({"name": node, "ipAddress": f"10.254.{i // 250}.{i % 250 + 1}", "cliqueID": cliques.get(node, ""),
-                            "index": i, "status": "Ready" if now - first >= delay else "NotReady"})
-        status = {"status": "Ready" if entries and all(e["status"] == "Ready" for e in entries) else "NotReady",
-                  "nodes": entries}
-        if (cd.get("status") or {}) != status:
-            _ignore((404, 409, 422), api.patch_namespaced_custom_object_status, *CD, ns, name, {"status": status})
+            _call(f"{what}: deleting its channel template", (404,),
+                  api.delete_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", template)
+        if finalizers == [FINALIZER]:
+            _call(f"{what}: removing the driver's finalizer", (404, 409), api.patch_namespaced_custom_object,
+                  CD_GROUP, CD_VERSION, ns, CD_PLURAL, name, {"metadata": {"finalizers": [], "resourceVersion": rv}})
+        return
+    if FINALIZER not in finalizers:
+        _call(f"{what}: adding the driver's finalizer", (404, 409), api.patch_namespaced_custom_object,
+              CD_GROUP, CD_VERSION, ns, CD_PLURAL, name,
+              {"metadata": {"finalizers": finalizers + [FINALIZER], "resourceVersion": rv}})
+    if template:
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": template, "namespace": ns,
+                             "ownerReferences": [{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                                                  "name": name, "uid": uid}]},
+                "spec": {"metadata": {"labels": {DOMAIN_LABEL: uid}},
+                         "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
+                             "deviceClassName": CHANNEL_CLASS, "allocationMode": "ExactCount", "count": 1}}]}}}}
+        # 409: made already; 403: the namespace is terminating (nothing new may be created there).
+        _call(f"{what}: creating its channel template", (403, 409),
+              api.create_namespaced_custom_object, *RES, ns, "resourceclaimtemplates", body)
+    entries = []
+    for i, node in enumerate(sorted(_domain_nodes(claims, uid))):
+        first = seen.setdefault((uid, node), now)
+        entries.append({"name": node, "ipAddress": f"10.254.{i // 250}.{i % 250 + 1}", "cliqueID": cliques.get(node, ""),
+                        "index": i, "status": "Ready" if now - first >= delay else "NotReady"})
+    status = {"status": "Ready" if entries and all(e["status"] == "Ready" for e in entries) else "NotReady",
+              "nodes": entries}
+    if (cd.get("status") or {}) != status:
+        _call(f"{what}: writing status", (404, 409), api.patch_namespaced_custom_object_status, CD_GROUP,
+              CD_VERSION, ns, CD_PLURAL, name,
+              {"metadata": {"resourceVersion": rv}, "status": status})
 
 
 CHANNEL_CLASS = "compute-domain-default-channel.sim.kubeforge.io"
@@ -116,8 +142,8 @@ def main() -> None:  # pragma: no cover (a process of the sim)
     while True:
         try:
             step(api, core, seen, a.ready_delay, time.time())
-        except Exception as e:  # keep going: the sim must not die on one odd object
-            log.warning("step failed: %s", e)
+        except Exception:  # keep going: the sim must not die on one odd object
+            log.exception("step failed")
         time.sleep(a.interval)
 
 
