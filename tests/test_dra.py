@@ -19,7 +19,7 @@ from kubeforge.objects import (
     slice_from_k8s,
 )
 from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, place_gang
-from simcluster import NOW, iso, mk_job, mk_node, mk_pool, placed, snapshot, view
+from simcluster import NOW, iso, mk_job, mk_node, mk_pool, placed, snapshot, view, worker_pod
 
 DRIVER = "gpu.sim.kubeforge.io"
 KEY = dra_key(DRIVER)
@@ -224,6 +224,17 @@ def test_builders_and_compute_domain_policy():
     assert plan_training(done, TrainingContext(now=NOW, compute_domains=(view_,))).release_compute_domains == [view_.name]
     moved = replace(ctx, domain_cliques=("c1",), compute_domains=(view_,))
     assert plan_training(job, moved).release_compute_domains == [view_.name]
+    # Moved and running on the new clique: the current attempt's pods never hold the old domain
+    # back (they use the new one); a pod of the earlier attempt still terminating does.
+    on_c1 = mk_job("g", replicas=2, gpus=4, topology={"mode": "Required", "level": "nvlink"},
+                   status={"phase": "Running", "attempt": 1, "placement": placed("p", ["r1-00", "r1-01"], admitted_at=NOW - 60)})
+    new_pods = [worker_pod(on_c1, r, 1) for r in range(2)]
+    nodes = {n.name: n for n in rack(2, 2)}
+    moved = TrainingContext(now=NOW, domain_cliques=("c1",), compute_domains=(view_,), pods=new_pods, nodes=nodes)
+    assert plan_training(on_c1, moved).release_compute_domains == [view_.name]
+    old_pod = worker_pod(on_c1, 0, 0, nodes=["r0-00", "r0-01"], deleting=True)
+    held = plan_training(on_c1, replace(moved, pods=[*new_pods, old_pod]))
+    assert not held.release_compute_domains and held.requeue_after is not None
 
 
 # --------------------------------------------------------------------------- whole-domain preemption

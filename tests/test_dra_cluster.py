@@ -16,15 +16,17 @@ GPUS = 4
 
 
 @pytest.fixture
-def dra_fleet(cluster, namespace):
-    """An NVL72 rack (18 DRA nodes x 4 GPUs, one clique) plus 2 device-plugin nodes, private to the
-    test; a DRA pool over the rack and a device-plugin pool over the others. Returns the names."""
+def dra_fleet(request, cluster, namespace):
+    """NVL72 racks (18 DRA nodes x 4 GPUs per clique; one rack unless the test is parametrized with
+    ``indirect`` racks) plus 2 device-plugin nodes, private to the test; a DRA pool over the racks
+    and a device-plugin pool over the others. Returns the names."""
     from kubeforge.sim import dra
     from kubeforge.sim.fleet import Fleet, node_manifests
 
     pool = namespace
+    racks = getattr(request, "param", 1)
     f = Fleet.model_validate({"name": pool, "nodePrefix": f"{pool}-", "groups": [
-        {"name": "rack", "count": 18, "nodesPerClique": 18, "labels": {"kubeforge.io/test-fleet": pool},
+        {"name": "rack", "count": 18 * racks, "nodesPerClique": 18, "labels": {"kubeforge.io/test-fleet": pool},
          "gpu": {"count": GPUS, "product": "NVIDIA-GB200", "allocation": "DRA"}},
         {"name": "dp", "count": 2, "labels": {"kubeforge.io/test-fleet": f"{pool}-dp"}, "gpu": {"count": GPUS}},
     ]})
@@ -38,7 +40,12 @@ def dra_fleet(cluster, namespace):
                              "topologyLevels": [{"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"}]}})
     apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": f"{pool}-dp"},
                     "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}}})
-    yield {"rack": [n for n in names if "-rack-" in n], "dp": [n for n in names if "-dp-" in n], "pool": pool}
+    cliques: dict[str, list[str]] = {}
+    for n in nodes:
+        if "-rack-" in n["metadata"]["name"]:
+            cliques.setdefault(n["metadata"]["labels"]["nvidia.com/gpu.clique"], []).append(n["metadata"]["name"])
+    yield {"rack": [n for n in names if "-rack-" in n], "dp": [n for n in names if "-dp-" in n], "pool": pool,
+           "cliques": cliques}
     cluster.kubectl("delete", "gpupool", pool, f"{pool}-dp", "--ignore-not-found", "--wait=false", check=False)
     slices = [s["metadata"]["name"] for s in dra.slice_manifests(nodes)]
     cluster.kubectl("delete", "resourceslice", *slices, "--ignore-not-found", "--wait=false", check=False)
@@ -63,8 +70,13 @@ def test_dra_pool_capacity_claims_and_no_overcommit(cluster, namespace, dra_flee
     over-committed."""
     pool = dra_fleet["pool"]
     wait_for(lambda: pool_gpus(cluster, pool).get("allocatable") == 18 * GPUS, timeout=60, what="DRA pool capacity")
-    cols = cluster.kubectl("get", "gpupools", pool, f"{pool}-dp", "--no-headers").stdout.split("\n")
-    assert cols[0].split()[1:4] == ["18", "72", "72"] and cols[1].split()[1:4] == ["2", "8", "8"], cols
+
+    def columns():  # NODES GPUS FREE of each pool: the same columns for a DRA and a device-plugin pool
+        out = cluster.kubectl("get", "gpupools", pool, f"{pool}-dp", "--no-headers").stdout.split("\n")
+        return [line.split()[1:4] for line in out if line.strip()]
+
+    # The device-plugin pool's status is written by its own reconcile: wait for it too.
+    wait_for(lambda: columns() == [["18", "72", "72"], ["2", "8", "8"]], timeout=60, what="both pools' columns")
     # A pod that is not kubeforge's holds 3 GPUs of rack-0 through its own claim.
     apply(cluster, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                     "metadata": {"name": "foreign", "namespace": namespace},
@@ -110,16 +122,38 @@ def test_dra_pool_capacity_claims_and_no_overcommit(cluster, namespace, dra_flee
     cluster.kubectl("delete", "trainingjob", "small", "tight", "dp", "-n", namespace, "--wait=false")
 
 
+def domain_nodes_ready(cluster, namespace: str, job: str) -> bool:
+    return (condition(job_status(cluster, namespace, job), "ComputeDomainReady") or {}).get("status") == "True"
+
+
+def restart_gang(cluster, namespace: str, job: str, preemptions: int) -> None:
+    """Delete one worker as someone else would (a preemption) and wait for the gang to run again."""
+    victim = job_pods(cluster, namespace, job)[0]["metadata"]["name"]
+    cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
+    wait_for(lambda: (job_status(cluster, namespace, job).get("restarts") or {}).get("preemptions") == preemptions,
+             timeout=60, what=f"the gang restarted ({preemptions})")
+    wait_for(lambda: job_status(cluster, namespace, job).get("phase") == "Running", timeout=180, what="gang Running again")
+
+
+def cordon(cluster, nodes, undo=False) -> None:
+    cluster.kubectl("uncordon" if undo else "cordon", *nodes)
+
+
+@pytest.mark.parametrize("dra_fleet", [2], indirect=True)
 def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
-    """A 16-node gang on an NVL72 rack: whole nodes of the clique with 2 spares, one ComputeDomain
+    """A 16-node gang on NVL72 racks: whole nodes of one clique with 2 spares, one ComputeDomain
     owned by the job (numNodes 0), its pods reference its channel template, ComputeDomainReady
-    flips; a restart in place keeps the domain; a delete leaves no domain and no claim."""
+    flips; a restart in the same clique keeps the domain; a restart that moves the gang to the
+    other rack replaces it (the old one goes with its template); a delete leaves no domain, no
+    claim and no template."""
     pool = dra_fleet["pool"]
-    wait_for(lambda: pool_gpus(cluster, pool).get("allocatable") == 18 * GPUS, timeout=60, what="DRA pool capacity")
+    (c0, rack0), (c1, rack1) = sorted(dra_fleet["cliques"].items())
+    wait_for(lambda: pool_gpus(cluster, pool).get("allocatable") == 36 * GPUS, timeout=60, what="DRA pool capacity")
+    cordon(cluster, rack1)  # the gang starts, and restarts in place, on rack 0
     apply(cluster, training_job("gang", namespace, replicas=16, gpus=4, mode="Required", level="nvlink", pools=[pool]))
     wait_for(lambda: job_status(cluster, namespace, "gang").get("phase") == "Running", timeout=180, what="gang Running")
     st = job_status(cluster, namespace, "gang")
-    assert len(set(st["placement"]["nodes"])) == 16, st["placement"]
+    assert len(set(st["placement"]["nodes"])) == 16 and set(st["placement"]["nodes"]) <= set(rack0), st["placement"]
     assert "2 wholly free nodes left" in st["placement"]["reason"], st["placement"]["reason"]
     cds = domains(cluster, namespace)
     assert len(cds) == 1, cds
@@ -130,16 +164,27 @@ def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
     for p in job_pods(cluster, namespace, "gang"):
         refs = {c["name"]: c["resourceClaimTemplateName"] for c in p["spec"]["resourceClaims"]}
         assert refs["compute-domain"] == channel, refs
-    wait_for(lambda: (condition(job_status(cluster, namespace, "gang"), "ComputeDomainReady") or {}).get("status") == "True",
-             timeout=90, what="ComputeDomainReady=True")
-    # Restart in place: a worker is deleted by someone else (a preemption); the gang restarts in the clique.
-    victim = job_pods(cluster, namespace, "gang")[0]["metadata"]["name"]
-    cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
-    wait_for(lambda: (job_status(cluster, namespace, "gang").get("restarts") or {}).get("preemptions") == 1,
-             timeout=60, what="the gang restarted")
-    wait_for(lambda: job_status(cluster, namespace, "gang").get("phase") == "Running", timeout=180, what="gang Running again")
+    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True")
+    # Restart in place: the gang comes back in the same clique and keeps its domain.
+    restart_gang(cluster, namespace, "gang", 1)
+    assert set(job_status(cluster, namespace, "gang")["placement"]["nodes"]) <= set(rack0)
     after = domains(cluster, namespace)
     assert [d["metadata"]["uid"] for d in after] == [cd["metadata"]["uid"]], after
+    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True again")
+    # A move: rack 0 keeps only 15 schedulable nodes, rack 1 opens; the restart lands there with a
+    # new domain, and the old one goes (with its channel template) once the old pods are gone.
+    cordon(cluster, rack1, undo=True)
+    cordon(cluster, rack0[:3])
+    restart_gang(cluster, namespace, "gang", 2)
+    assert set(job_status(cluster, namespace, "gang")["placement"]["nodes"]) <= set(rack1)
+    wait_for(lambda: [d["metadata"]["annotations"]["kubeforge.io/cliques"] for d in domains(cluster, namespace)] == [c1],
+             timeout=120, what="the domain replaced by one of the new clique")
+    moved = domains(cluster, namespace)[0]
+    assert moved["metadata"]["uid"] != cd["metadata"]["uid"]
+    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True after the move")
+    templates = {t["metadata"]["name"] for t in get_json(cluster, "resourceclaimtemplates", "-n", namespace)["items"]}
+    assert channel not in templates and moved["spec"]["channel"]["resourceClaimTemplate"]["name"] in templates, templates
+    cordon(cluster, rack0[:3], undo=True)
     # Delete: no domain, no claim, no template left.
     cluster.kubectl("delete", "trainingjob", "gang", "-n", namespace, "--wait=false")
     wait_for(lambda: not domains(cluster, namespace), timeout=120, what="the ComputeDomain gone")

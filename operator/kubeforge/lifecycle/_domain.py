@@ -7,8 +7,9 @@
 - While the gang waits to be placed again (a restart), its domains are kept: a restart in the same
   cliques reuses its domain and the IMEX daemons come back at once.
 - A domain the gang no longer needs (it moved, finished, was suspended or deleted) is released once
-  none of the job's pods is left (they may still hold its channel): kubeforge's finalizer is removed
-  first, then the domain is deleted; the driver's controller then removes its channel template.
+  no pod that may hold its channel is left (after a move: the pods of earlier attempts; else every
+  pod of the job): kubeforge's finalizer is removed first, then the domain is deleted; the driver's
+  controller then removes its channel template.
 - ``ComputeDomainReady`` follows the domain's IMEX daemons on the placement's nodes
   (``status.nodes[].status``; NVIDIA's driver sets the global ``status.status`` only when
   ``numNodes`` is not 0). Until every node's daemon is Ready the workers wait in ContainerCreating,
@@ -51,8 +52,12 @@ def compute_domain_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPl
     waiting = pl is None and d.phase in ("Pending", "Restarting") and not d.spec.suspend and not d.job.deleting
     stale = [cd.name for cd in ctx.compute_domains if cd.name != wanted and not waiting]
     if stale:
-        if any(not p.terminal for p in ctx.pods):
-            plan.requeue(2.0)  # their pods may still hold its channel: released once they are gone
+        # Pods that may still hold a stale domain's channel: with no domain wanted, any pod left;
+        # else those of earlier attempts (the current attempt's pods are made for ``wanted``:
+        # the domain is a function of the placement, fixed for an attempt).
+        holders = [p for p in ctx.pods if not p.terminal and (wanted is None or p.attempt != d.attempt)]
+        if holders:
+            plan.requeue(2.0)  # released once they are gone
         else:
             plan.release_compute_domains = sorted(stale)
     if wanted is None:

@@ -76,20 +76,33 @@ async def release_domains(rt: Runtime, key: Key, names: list[str]) -> None:
     """Remove kubeforge's finalizer from each ComputeDomain, then delete it (the driver's
     controller then cleans up what it made for it)."""
     ns = key[0]
+    # A release sent is expected until the index shows the domain gone (EXPECTATION_TTL): the
+    # old pods' deletions bring the job back several times before the watch does.
+    sent = rt.cache.expected(rt.cache.deleted, key)
+    names = [n for n in names if f"computedomain:{n}" not in sent]
+    rt.cache.expect(rt.cache.deleted, key, [f"computedomain:{n}" for n in names])
     for name in names:
-        cd = rt.cache.compute_domain((ns, name))
-        if cd is not None and COMPUTE_DOMAIN_FINALIZER in cd.finalizers:
-            keep = [f for f in cd.finalizers if f != COMPUTE_DOMAIN_FINALIZER]
-            ops = [{"op": "test", "path": "/metadata/finalizers", "value": list(cd.finalizers)},
-                   {"op": "replace", "path": "/metadata/finalizers", "value": keep}]
-            try:  # the test keeps a finalizer the driver added meanwhile (a 422: decided again later)
-                await rt.client.patch("ComputeDomain", ns, name, ops, patch_type="json")
-            except ApiError as e:
-                if e.code != 404:
-                    raise
         try:
-            await rt.client.delete("ComputeDomain", ns, name)
+            await _release(rt, ns, name)
+        except BaseException:
+            rt.cache.deleted.get(key, {}).pop(f"computedomain:{name}", None)  # decided again on the retry
+            raise
+        log.info("trainingjob %s/%s: ComputeDomain %s released", ns, key[1], name)
+
+
+async def _release(rt: Runtime, ns: str, name: str) -> None:
+    cd = rt.cache.compute_domain((ns, name))
+    if cd is not None and COMPUTE_DOMAIN_FINALIZER in cd.finalizers:
+        keep = [f for f in cd.finalizers if f != COMPUTE_DOMAIN_FINALIZER]
+        ops = [{"op": "test", "path": "/metadata/finalizers", "value": list(cd.finalizers)},
+               {"op": "replace", "path": "/metadata/finalizers", "value": keep}]
+        try:  # the test keeps a finalizer the driver added meanwhile (a 422: the retry decides again)
+            await rt.client.patch("ComputeDomain", ns, name, ops, patch_type="json")
         except ApiError as e:
             if e.code != 404:
                 raise
-        log.info("trainingjob %s/%s: ComputeDomain %s released", ns, key[1], name)
+    try:
+        await rt.client.delete("ComputeDomain", ns, name)
+    except ApiError as e:
+        if e.code != 404:
+            raise
