@@ -95,6 +95,19 @@ async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, mess
     rt.event(KIND, rec, "Warning", reason, message, now)
 
 
+async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None:
+    """A spec the models refuse (only objects made before a schema change get this far): say so
+    once, and hold nothing: its groups are released and their pods deleted, as a TrainingJob's
+    placement is (never GPUs booked for replicas nobody manages)."""
+    live = [p.name for p in rt.cache.service_pods(rec.key) if not p.deleting]
+    if live:
+        await gather_bounded([rt.client.delete("Pod", rec.namespace, n) for n in live])
+    if rec.status.get("groups"):
+        await _write(rt, rec, {"groups": [], "replicas": 0, "readyReplicas": 0})
+        rt.wake_admission()
+    await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+
+
 async def _http_client() -> httpx.AsyncClient:
     global _http
     if _http is None:
@@ -103,19 +116,24 @@ async def _http_client() -> httpx.AsyncClient:
 
 
 async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
-    """The queue metric (queue-depth mode) or every signal of SLO mode, from an allowed URL.
+    """What the autoscaler decides on, from an allowed URL: vLLM's signals (queue-depth mode with
+    the default metric, and SLO mode), or one number (SGLang's, Triton's or a custom query).
     Returns the queue as a :class:`QueryResult` (for ``lastMetricValue`` and the condition's
-    error text) and, in SLO mode, the :class:`~kubeforge.autoscaling.Signals` to decide on."""
+    error text) and the :class:`~kubeforge.autoscaling.Signals` when read."""
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
         await resolved_refusal(a.prometheus_url, rt.api_servers)
     if refusal:
         return QueryResult(None, None, refusal), None
     http = await _http_client()
-    if a.slo is None:
+    if a.slo is None and (a.query or a.metric.value != "VLLMWaiting"):  # a named or custom queue: one number
         return await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT), None
-    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name, percentile=a.slo.percentile,
-                             window_seconds=a.slo.window_seconds, timeout=PROMETHEUS_TIMEOUT)
+    # vLLM's own series: the queue (waiting + the activator's held), and the running requests that
+    # keep a service from counting as idle; every latency signal in SLO mode. One query.
+    slo = a.slo
+    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name,
+                             percentile=slo.percentile if slo else 90.0,
+                             window_seconds=slo.window_seconds if slo else 60.0, timeout=PROMETHEUS_TIMEOUT)
     queue = sig.value("queue")
     error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
     return QueryResult(queue, sig.time, error), sig
@@ -201,7 +219,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     mem = cache.serving.setdefault(key, ServiceMemory())
     spec = rec.spec
     if spec is None:
-        await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+        await _invalid(rt, rec, now)
         return 30.0
     pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
     if pool_name is None:
