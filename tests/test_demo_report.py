@@ -88,3 +88,19 @@ def test_the_picture_is_a_png_with_two_panels(tmp_path):
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1100, 750)
     assert " | ".join(PANELS).encode() in data
+
+
+def test_every_manifest_the_demo_applies_is_valid_for_its_kind():
+    import yaml
+
+    from kubeforge import api
+    from kubeforge.demo import EXAMPLES
+    from kubeforge.sim.tools import REPO_ROOT
+
+    kinds = {"GPUPool": api.GPUPool, "TrainingJob": api.TrainingJob, "InferenceService": api.InferenceService}
+    seen = []
+    for f in EXAMPLES:
+        for doc in yaml.safe_load_all((REPO_ROOT / "examples" / f).read_text()):
+            kinds[doc["kind"]].model_validate(doc)
+            seen.append(doc["metadata"]["name"])
+    assert seen == ["h100", "llama-pretrain", "finetune", "llama-405b", "llama-chat"]

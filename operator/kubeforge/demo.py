@@ -277,10 +277,10 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
         emit()
 
         def where() -> str:
-            bound = [p["spec"]["nodeName"] for p in kube.pods(NAMESPACE, f"kubeforge.io/inference-service={CHAT}")
-                     if p["spec"].get("nodeName")]
-            on = ", ".join(f"{n} ({level} {node_domain.get(n, '-')}) x{bound.count(n)}" for n in sorted(set(bound)))
-            return f"{CHAT}: {len(bound)} replica pods on {on}"
+            ready = [p["spec"]["nodeName"] for p in kube.pods(NAMESPACE, f"kubeforge.io/inference-service={CHAT}")
+                     if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]
+            on = ", ".join(f"{n} ({level} {node_domain.get(n, '-')}) x{ready.count(n)}" for n in sorted(set(ready)))
+            return f"{CHAT}: {len(ready)} Ready replicas on {on}"
 
         burst = run_burst(stack, kube, tl, NAMESPACE, CHAT, chat_min, burst_seconds, SETTLE_SECONDS, emit,
                           where=where)
