@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -183,6 +184,7 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
     from kubeforge._demo.serving import CREDIT, Stack, run_burst
     from kubeforge._demo.timeline import Sampler, Timeline
     from kubeforge.sim.activation import activator_objects
+    from kubeforge.sim.modelserver import AZURE_CODE_TRACE
     from kubeforge.sim.prometheus import PrometheusError, ensure_prometheus
 
     def emit(line: str = "") -> None:
@@ -193,26 +195,34 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
     _T0[0] = t_start
     plot = plot or out_dir / "demo.png"
     no_plot = matplotlib_missing()
-    if not no_plot:  # its import takes seconds: while the cluster starts, not after the burst
-        threading.Thread(target=_import_matplotlib, name="demo-import", daemon=True).start()
+    # the kubernetes client and matplotlib take seconds to import: while kwokctl starts the cluster
+    threading.Thread(target=_preimport, args=(not no_plot,), name="demo-import", daemon=True).start()
     try:
         ensure_prometheus(log=say)
     except PrometheusError as e:
         say(f"the live autoscaling part needs Prometheus: {e}")
         res.problems.append(str(e))
         return res
+    if not AZURE_CODE_TRACE.exists():
+        res.problems.append(f"the burst replays {AZURE_CODE_TRACE}, which is missing (the shared data folder "
+                            "beside the checkout)")
+        say(res.problems[-1])
+        return res
     c = Cluster(name)
     c.up(load_fleet(fleet_path), log=say)
-    say("applying CRDs (kubectl apply -f crds/)")
-    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO_ROOT / "crds"))
-    c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     stack = Stack(c, [(NAMESPACE, CHAT), (NAMESPACE, LARGE)], say)
     sampler = None
-    kube = Kube(c.kubeconfig)
     tl = Timeline()
+    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="demo-stack")
+    # Prometheus, the simulator and the activator start (seconds of process start each) while
+    # the CRDs are applied, the operator boots and the training jobs are placed
+    starting = side.submit(stack.start)
+    kube = Kube(c.kubeconfig)
     try:
-        # the activator's Service first, so the operator finds it at once; the operator's start
-        # (a few seconds of imports) overlaps Prometheus', the simulator's and the activator's
+        say("applying CRDs (kubectl apply -f crds/)")
+        c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO_ROOT / "crds"))
+        c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        # the activator's Service before the operator, so the operator finds it at once
         c.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(o) for o in activator_objects()))
         pid = start_operator(c)
         tl.t0 = time.monotonic()
@@ -224,7 +234,7 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
         # services once Prometheus answers (their first reading finds it)
         _apply(c, [d for d in docs if d["kind"] != "InferenceService"])
         say(f"applied examples/: GPUPool {POOL}, TrainingJobs llama-pretrain (4x8) and finetune (2x8)")
-        stack.start()
+        starting.result()
         sampler.sim = stack.sim
         for d in docs:
             if d["kind"] == "InferenceService":
@@ -317,6 +327,12 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
     finally:
         if sampler is not None:
             sampler.stop()
+            sampler.sample_now(kube)
+        try:
+            starting.result()
+        except Exception:  # noqa: BLE001 - raised in the try block already, or stopped below
+            pass
+        side.shutdown()
         stack.stop()
         kube.close()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -350,9 +366,12 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
     return res
 
 
-def _import_matplotlib() -> None:
-    from matplotlib.backends import backend_agg  # noqa: F401
-    from matplotlib import figure  # noqa: F401
+def _preimport(matplotlib: bool) -> None:
+    import kubernetes.client  # noqa: F401
+
+    if matplotlib:
+        from matplotlib import figure  # noqa: F401
+        from matplotlib.backends import backend_agg  # noqa: F401
 
 
 def _rfc3339(t: float) -> str:

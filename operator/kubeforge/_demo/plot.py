@@ -41,14 +41,17 @@ def plot(tl: Timeline, path: Path, service: str = "llama-chat", credit: str = ""
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
     ts = [s.t for s in samples]
-    names = sorted({d for s in samples for d in s.domains})
-    for d in names:
-        top.step(ts, [s.domains.get(d, 0) for s in samples], where="post", label=d, linewidth=1.6)
-    top.set_title(f"{PANELS[0]} ({tl.level}), from the pool's status")
-    top.set_ylabel("GPUs allocated")
-    if names:  # room above the lines for the legend
-        top.set_ylim(0, 1.45 * max([max(s.domains.values(), default=0) for s in samples] + [1]))
+    names = sorted({d for s in samples for d, n in s.domains.items() if n})
+    idle = sorted({d for s in samples for d in s.domains} - set(names))
+    if names:  # stacked: each domain's band, the pool's total on top (lines of equal height hide each other)
+        top.stackplot(ts, *[[s.domains.get(d, 0) for s in samples] for d in names], labels=names, step="post",
+                      alpha=0.85)
+        total = max(sum(s.domains.values()) for s in samples)
+        top.set_ylim(0, 1.35 * max(total, 1))
         top.legend(ncol=4, fontsize=8, loc="upper left")
+    top.set_title(f"{PANELS[0]} ({tl.level}, stacked; from the pool's status)"
+                  + (f"; {len(idle)} domains stayed at 0" if idle else ""))
+    top.set_ylabel("GPUs allocated")
     top.grid(alpha=0.3)
 
     rep = [(s.t, s.desired) for s in samples if s.desired is not None]

@@ -101,6 +101,13 @@ class Sampler(threading.Thread):
         finally:
             kube.close()
 
+    def sample_now(self, kube: Any) -> None:
+        """One more sample, from the calling thread (the demo's last look, after the thread stopped)."""
+        try:
+            self.timeline.add(self._sample(kube))
+        except Exception:  # noqa: BLE001 - as in the thread: one sample lost
+            self.failures += 1
+
     def _sample(self, kube: Any) -> Sample:
         t = self.timeline.now()
         ps = kube.get("gpupools", self.pool).get("status") or {}
