@@ -65,11 +65,13 @@ def test_the_pool_table_rows_read_back_and_name_who_holds_the_gpus():
     assert lines[1].endswith("train 16") and lines[3].endswith("train 16, chat 1")
 
 
-def test_events_of_one_reason_seen_at_once_are_one_line():
+def test_events_about_single_groups_seen_at_once_are_one_line_others_each_their_own():
     evs = [{"type": "Normal", "reason": "Admitted", "message": f"group {i} placed"} for i in range(3)]
     evs.insert(1, {"type": "Normal", "reason": "Scaled", "message": "replicas 0 -> 3: queue 12"})
+    evs.append({"type": "Normal", "reason": "Scaled", "message": "replicas 3 -> 8: queue 40"})
     assert event_lines(1.5, evs) == ["    +1.5s  Normal Admitted x3: group 0 placed",
-                                     "    +1.5s  Normal Scaled: replicas 0 -> 3: queue 12"]
+                                     "    +1.5s  Normal Scaled: replicas 0 -> 3: queue 12",
+                                     "    +1.5s  Normal Scaled: replicas 3 -> 8: queue 40"]
     assert len(event_lines(0, [{"type": "Normal", "reason": "R", "message": "x" * 500}], width=80)[0]) == 80
 
 

@@ -141,13 +141,15 @@ def send_held(pool: ThreadPoolExecutor, url: str, namespace: str, name: str,
 
 
 def event_lines(t: float, events: list[dict[str, Any]], width: int = 150) -> list[str]:
-    """One line per (type, reason) of ``events`` (new in one look): the first message, and how
-    many there were (``x7``: seven groups admitted at once say the same)."""
-    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for ev in events:
-        by.setdefault((ev.get("type", "?"), ev.get("reason", "?")), []).append(ev)
+    """One line per Event of ``events`` (new in one look), except that Events about single
+    groups (``group N ...``) of one (type, reason) are one line: the first message, and how many
+    there were (``x7``: seven groups admitted at once)."""
+    by: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for i, ev in enumerate(events):
+        per_group = (ev.get("message") or "").startswith("group ")
+        by.setdefault((ev.get("type", "?"), ev.get("reason", "?"), -1 if per_group else i), []).append(ev)
     out = []
-    for (type_, reason), evs in by.items():
+    for (type_, reason, _), evs in by.items():
         msg = " ".join((evs[0].get("message") or "").split())
         many = f" x{len(evs)}" if len(evs) > 1 else ""
         line = f"  {t:+6.1f}s  {type_} {reason}{many}: {msg}"
