@@ -222,6 +222,10 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
         say("applying CRDs (kubectl apply -f crds/)")
         c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO_ROOT / "crds"))
         c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        # Established comes before the API server can list them ("storage is (re)initializing",
+        # 429): an operator started at once logs an ERROR per kind before kopf retries
+        wait_until(lambda: c.kubectl("get", "gpupools,trainingjobs,inferenceservices", "-A", check=False,
+                                     timeout=10).returncode == 0, 30)
         # the activator's Service before the operator, so the operator finds it at once
         c.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(o) for o in activator_objects()))
         pid = start_operator(c)
