@@ -11,20 +11,23 @@ PYTEST_ARGS ?=
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,demo]'
 	touch $@
 
 setup: $(BIN)/kubeforge
 
+# KUBEFORGE_BIN_DIR (a folder of prebuilt binaries) skips the build, as kubeforge.sim.tools does.
 tools:
-	bash hack/build-tools.sh >/dev/null
+	@if [ -z "$$KUBEFORGE_BIN_DIR" ]; then bash hack/build-tools.sh >/dev/null; fi
 
 # Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
 
-demo: setup tools
-	$(BIN)/kubeforge demo
+# DEMO_ARGS passes flags, e.g. make demo DEMO_ARGS="--name my-demo --plot /tmp/demo.png".
+DEMO_ARGS ?=
+demo: setup tools system-deps
+	$(BIN)/kubeforge demo $(DEMO_ARGS)
 
 test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
