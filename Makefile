@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,12 @@ bench-memory: setup tools
 bench-autoscaling: setup tools system-deps
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
+
+# Issue 13: multi-node serving groups and training gangs scaling over the Azure trace on 64 kwok
+# nodes, kubeforge against the same groups as plain pods with LWS-style pod affinity; PNG in e2e/results/.
+bench-serving: setup tools
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python e2e/bench_serving_placement.py $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
 # through the pure admission core (no cluster), beside Kueue's victim order.
