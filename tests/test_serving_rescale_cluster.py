@@ -1,21 +1,15 @@
 """Found by the serving placement bench (e2e/bench_serving_placement.py): a scale-up that comes
-back within a minute of a scale-down re-admits the group index that went, but its pods are not
-created for up to 60 s.
+back within a minute of a scale-down re-admitted the group index that went, but its pods were not
+created for up to 60 s: the pod names (``<service>-<group>-<worker>-<attempt>``) were the same as
+the old group's, and the creation expectation of those names (60 s TTL) took them as made.
 
-Why: runtime/inference.py ``_apply`` skips every pod whose name is in the creation
-expectations (``cache.expected(cache.created, key)``); those are only dropped on a failed
-create or after ``EXPECTATION_TTL`` (60 s), never when the pod is seen or deleted. A group's pod
-name (``<service>-<group>-<worker>-<attempt>``) is the same when the index is reused at attempt 0,
-so the new group is admitted (``status.groups`` has its nodes: it holds its GPUs) and says
-"creating its pods" until the old expectation expires.
-
-Skipped (``KUBEFORGE_RUN_KNOWN_BUGS=1`` runs it; it fails today) until the runtime drops a name's expectation once the pod is seen in the index (or
-when the plan deletes it), as the Job controller's expectations are lowered on observe.
+Fixed two ways: the pods index clears an expectation once it shows the pod (controller-runtime's
+CreationObserved), and a re-admitted index gets an attempt past any of its pods still
+terminating. tests/test_runtime_properties.py found it too, on the real runtime.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -52,8 +46,6 @@ def scale(cluster, ns: str, n: int) -> None:
                     f'{{"spec":{{"minReplicas":{n},"maxReplicas":{n}}}}}')
 
 
-@pytest.mark.skipif(not os.environ.get("KUBEFORGE_RUN_KNOWN_BUGS"), reason="operator bug found by bench-serving: a re-admitted group index waits up to 60 s for its "
-                         "pods (stale creation expectations in runtime/inference.py _apply); see the module docstring; KUBEFORGE_RUN_KNOWN_BUGS=1 runs it")
 def test_a_group_index_reused_within_a_minute_gets_its_pods_at_once(cluster, namespace, fleet):
     fleet(cliques=1, nodes=1, gpus=8)
     apply(cluster, svc(namespace, 1))

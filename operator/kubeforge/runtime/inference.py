@@ -108,6 +108,18 @@ async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None
     await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
 
 
+async def _being_deleted(rt: Runtime, key: Key) -> bool:
+    """Whether the service is gone or going although the index does not show it yet. Its pods'
+    deletions by the garbage collector can arrive before the service's own event (another
+    watch): read it once, only when a pod of it is being deleted by someone else, so that its
+    deletion is never taken for lost replicas (a Warning and a recreation per group)."""
+    mine = rt.cache.expected(rt.cache.deleted, key)
+    if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
+        return False
+    body = await rt.client.get(KIND, key[0], key[1])
+    return body is None or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
 async def _http_client() -> httpx.AsyncClient:
     global _http
     if _http is None:
@@ -214,6 +226,8 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return None
     if cache.namespace_terminating(key[0]):
         return None  # the namespace controller deletes everything: nothing is created or counted
+    if await _being_deleted(rt, key):
+        return None
     rec = cache.effective(key, rec)
     now = time.time()
     mem = cache.serving.setdefault(key, ServiceMemory())
@@ -309,6 +323,7 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     ns, name = rec.key
     cache = rt.cache
     if plan.delete:
+        cache.expect(cache.deleted, rec.key, plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
     made = cache.expected(cache.created, rec.key)
