@@ -282,12 +282,28 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     await _apply(rt, rec, plan, ctx)
     if d.desired != current:
         rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+    _condition_events(rt, rec, patch, now)
     for type_, reason, message in plan.events:
         rt.event(KIND, rec, type_, reason, message, now)
     if plan.release or d.desired > holding:
         rt.wake_admission()
     left = max(0.5, interval - (now - (mem.decided_at or now)))
     return min(left, plan.requeue_after) if plan.requeue_after is not None else left
+
+
+def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any], now: float) -> None:
+    """A Warning Event when the metric cannot be read (``ScalingActive`` turns False) or the pool
+    cannot place the replicas asked for (``ScalingLimited`` turns True/InsufficientCapacity): once
+    per transition, not per poll."""
+    new = {c["type"]: c for c in patch.get("conditions") or []}
+    for type_, bad in (("ScalingActive", "False"), ("ScalingLimited", "True")):
+        c, old = new.get(type_), condition(rec.status, type_)
+        if c is None or c["status"] != bad:
+            continue
+        if type_ == "ScalingLimited" and c["reason"] != "InsufficientCapacity":
+            continue
+        if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
+            rt.event(KIND, rec, "Warning", c["reason"], c["message"], now)
 
 
 def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,
