@@ -6,25 +6,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,demo]'
 	touch $@
 
 setup: $(BIN)/kubeforge
 
+# KUBEFORGE_BIN_DIR (a folder of prebuilt binaries) skips the build, as kubeforge.sim.tools does.
 tools:
-	bash hack/build-tools.sh >/dev/null
+	@if [ -z "$$KUBEFORGE_BIN_DIR" ]; then bash hack/build-tools.sh >/dev/null; fi
 
 # Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
 
-demo: setup tools
-	$(BIN)/kubeforge demo
+# DEMO_ARGS passes flags, e.g. make demo DEMO_ARGS="--name my-demo --plot /tmp/demo.png".
+DEMO_ARGS ?=
+demo: setup tools system-deps
+	$(BIN)/kubeforge demo $(DEMO_ARGS)
 
 test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -70,6 +73,12 @@ bench-memory: setup tools
 bench-autoscaling: setup tools system-deps
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
+
+# Issue 13: multi-node serving groups and training gangs scaling over the Azure trace on 64 kwok
+# nodes, kubeforge against the same groups as plain pods with LWS-style pod affinity; PNG in e2e/results/.
+bench-serving: setup tools
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python e2e/bench_serving_placement.py $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
 # through the pure admission core (no cluster), beside Kueue's victim order.

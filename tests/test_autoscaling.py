@@ -606,7 +606,8 @@ def test_properties(pol, start, plan):
         assert d.desired <= hi, d.reason
         assert d.desired >= lo or d.limited_condition_reason == "InsufficientCapacity", d.reason
         if placeable is not None:
-            assert d.desired <= max(current, placeable), d.reason
+            # never more than the pool places, except one replica asked for from zero, which waits
+            assert d.desired <= max(current, placeable, 1 if current == 0 else 0), d.reason
             if d.desired < current:  # a scale-down is never caused by the cap
                 assert d.limited_condition_reason != "InsufficientCapacity"
         if not d.scaling_active:
@@ -641,3 +642,23 @@ def test_decision_state_unchanged_input():
     decide(policy(), s, 1, 5.0, T0)
     assert s == AutoscalerState()
     assert replace(s) is not None
+
+
+def test_requests_still_running_keep_a_service_from_scaling_to_zero():
+    """Found running the demo: an empty queue with busy replicas counted as idle, the service
+    went to zero under its running requests and the next ones met a cold start."""
+    from kubeforge.autoscaling import Signals
+
+    pol = mech(min_replicas=0, scale_to_zero_after_seconds=10.0)
+    busy = Signals(time=T0, waiting=0.0, held=0.0, running=6.0, queue=0.0)
+    idle = Signals(time=T0, waiting=0.0, held=0.0, running=0.0, queue=0.0)
+    st = warm_state(2)
+    for t in range(0, 40, 5):
+        d = decide(pol, st, 2, busy, T0 + t, None)
+        st = d.state
+        assert d.desired > 0, d.reason
+    now = T0 + 40
+    for t in range(0, 16, 5):
+        d = decide(pol, st, max(d.desired, 1), idle, now + t, None)
+        st = d.state
+    assert d.desired == 0, d.reason

@@ -259,3 +259,11 @@ def test_a_pod_its_own_template_keeps_off_its_node_fails_the_group_at_once_witho
     g = groups(p)[0]
     assert (g["phase"], g["nodes"], g["startupFailures"]) == ("Failed", [], 0)
     assert "podAffinity" in g["message"] and "UnschedulableTemplate" in reasons(p) and p.release
+
+
+def test_a_group_added_back_at_an_index_whose_old_pod_still_terminates_gets_a_new_attempt():
+    """Found by tests/test_runtime_properties.py: scale 2 -> 1 -> 2 reused the name llm-1-0-0 of
+    a pod still terminating; its create got 409 and the group stayed without it."""
+    a = AssumedGroup(1, PlacementRecord("p", ("n2", "n3"), "nvlink", "c1", "best fit"), 8)
+    p = plan(svc(grp(0)), group_pods(0) + [pod(1, 0, node="n2", deleting=True)], desired=2, assumed={1: a})
+    assert groups(p)[1]["attempt"] == 1 and [(c[0].attempt, c[1]) for c in p.create] == [(1, 0), (1, 1)]

@@ -221,12 +221,24 @@ def sim_status(name: str) -> None:
 @main.command()
 @click.option("--name", default="kubeforge", show_default=True)
 @click.option("--fleet", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_FLEET, show_default=True)
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the training pods to run.")
-def demo(name: str, fleet: Path, timeout: float) -> None:
-    """The local GPU cluster demo: cluster, CRDs, operator, examples, and where jobs landed."""
+@click.option("--timeout", default=120.0, show_default=True,
+              help="Seconds to wait for the training pods to run and the 405B groups to be Ready.")
+@click.option("--burst-seconds", default=16.0, show_default=True, type=click.FloatRange(2, 120),
+              help="Seconds of the replayed request burst (5 trace seconds each).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The PNG to draw (GPUs per NVLink domain; the chat service's replicas and queue). "
+                   "Default: OUT/demo.png.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
+              show_default=True, help="Folder for the picture and the samples (timeline.json).")
+def demo(name: str, fleet: Path, timeout: float, burst_seconds: float, plot: Path | None, out_dir: Path) -> None:
+    """The local GPU cluster demo: training jobs and a 405B service placed by NVLink domain, a chat
+    service autoscaled live through a burst of real trace requests, and a picture of it all."""
+    from kubeforge._demo.plot import matplotlib_missing
     from kubeforge.demo import run_demo
 
-    sys.exit(run_demo(name, fleet, timeout))
+    if plot is not None and (missing := matplotlib_missing()):
+        raise click.UsageError(f"--plot needs matplotlib: {missing}")
+    sys.exit(run_demo(name, fleet, timeout, burst_seconds=burst_seconds, plot=plot, out_dir=out_dir))
 
 
 @main.command()

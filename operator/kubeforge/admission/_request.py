@@ -99,8 +99,10 @@ def group_shape(svc: InferenceServiceRecord, view: PoolView) -> GroupShape | str
     """The shape of ``svc``'s replicas in ``view``, or why they cannot have one there.
 
     A replica of G GPUs (``gpusPerReplica``, else tensor x pipeline) in a pool whose largest node
-    has N GPUs is one pod of G GPUs when G <= N, else G / N pods of N GPUs each, which needs N to
-    divide G (a tensor x pipeline split over whole nodes, as vLLM and SGLang run it). A group of
+    has N GPUs is one pod of G GPUs when G <= N, else, when ``parallelism`` is set, G / N pods of
+    N GPUs each, which needs N to divide G (a tensor x pipeline split over whole nodes, as vLLM
+    and SGLang run it); a plain ``gpusPerReplica`` larger than every node stays one pod that
+    placement reports fits no node. A group of
     several pods stays inside one domain of ``topology.level`` (default: the pool's narrowest
     level, its NVLink domain when detected), ``Required`` unless the spec says otherwise.
 
@@ -116,7 +118,9 @@ def group_shape(svc: InferenceServiceRecord, view: PoolView) -> GroupShape | str
                 f"pools for now (list one in spec.pools)")
     total = spec.replica_gpus
     per_node = max((n.gpus_allocatable for n in view.nodes), default=0)
-    if per_node == 0 or total <= per_node:
+    if per_node == 0 or total <= per_node or spec.parallelism is None:
+        # one pod; a gpusPerReplica beyond every node without parallelism is not split over
+        # nodes behind the user's back (placement says it fits no node)
         pods, gpus = 1, total
     elif total % per_node:
         return (f"a replica needs {total} GPUs (tensor x pipeline), more than the {per_node} GPUs of one node of pool "

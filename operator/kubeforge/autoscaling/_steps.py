@@ -140,8 +140,8 @@ def recommend(policy: AutoscalingPolicy, reading: Reading, state: AutoscalerStat
     at ``current`` inside the tolerance band. SLO mode: the queue model's count
     (:func:`kubeforge.autoscaling._slo.size_for_slo`), or ``current`` while it lacks data.
     Both: at least 1 above the activation threshold (KEDA activation); 0 at zero replicas
-    below it, and 0 once idle (at or below it) for ``scale_to_zero_after_seconds`` with
-    ``min_replicas`` 0 (KEDA ``cooldownPeriod``).
+    below it, and 0 once idle (at or below it, and, when the signals say so, no request running)
+    for ``scale_to_zero_after_seconds`` with ``min_replicas`` 0 (KEDA ``cooldownPeriod``).
 
     Args:
         reading: A usable :class:`Reading`.
@@ -159,7 +159,11 @@ def recommend(policy: AutoscalingPolicy, reading: Reading, state: AutoscalerStat
         raw = current if sizing.needed is None else sizing.needed
         note = sizing.message + ("" if sizing.needed is not None else f"; holding {_replicas(current)}")
     else:
-        active = m > act
+        # Requests still being generated are activity too (Knative counts in-flight requests):
+        # a service whose queue is empty but whose replicas are busy is not idle, and going to
+        # zero then would abort them and send the next requests into a cold start.
+        running = reading.signals.value("running") if reading.signals is not None else None
+        active = m > act or (running or 0.0) > 0
         target = p.target_per_replica
         raw = max(0, math.ceil(m / target - _EPS))
         in_band = current > 0 and abs(m / (current * target) - 1.0) <= p.tolerance + _EPS

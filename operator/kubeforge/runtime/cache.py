@@ -252,6 +252,14 @@ class Cache:
             del entries[n]
         return set(entries)
 
+    def observed(self, book: dict[Key, dict[str, float]], key: Key, name: str) -> None:
+        """The index showed ``name``: the expectation is met and goes (controller-runtime's
+        ``CreationObserved``). Left to its TTL, a name reused later (a group index added back
+        after a scale-down) would be taken as created for a minute and never made."""
+        entries = book.get(key)
+        if entries is not None:
+            entries.pop(name, None)
+
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
         for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,

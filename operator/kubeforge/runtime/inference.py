@@ -95,6 +95,31 @@ async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, mess
     rt.event(KIND, rec, "Warning", reason, message, now)
 
 
+async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None:
+    """A spec the models refuse (only objects made before a schema change get this far): say so
+    once, and hold nothing: its groups are released and their pods deleted, as a TrainingJob's
+    placement is (never GPUs booked for replicas nobody manages)."""
+    live = [p.name for p in rt.cache.service_pods(rec.key) if not p.deleting]
+    if live:
+        await gather_bounded([rt.client.delete("Pod", rec.namespace, n) for n in live])
+    if rec.status.get("groups"):
+        await _write(rt, rec, {"groups": [], "replicas": 0, "readyReplicas": 0})
+        rt.wake_admission()
+    await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+
+
+async def _being_deleted(rt: Runtime, key: Key) -> bool:
+    """Whether the service is gone or going although the index does not show it yet. Its pods'
+    deletions by the garbage collector can arrive before the service's own event (another
+    watch): read it once, only when a pod of it is being deleted by someone else, so that its
+    deletion is never taken for lost replicas (a Warning and a recreation per group)."""
+    mine = rt.cache.expected(rt.cache.deleted, key)
+    if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
+        return False
+    body = await rt.client.get(KIND, key[0], key[1])
+    return body is None or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
 async def _http_client() -> httpx.AsyncClient:
     global _http
     if _http is None:
@@ -103,19 +128,24 @@ async def _http_client() -> httpx.AsyncClient:
 
 
 async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
-    """The queue metric (queue-depth mode) or every signal of SLO mode, from an allowed URL.
+    """What the autoscaler decides on, from an allowed URL: vLLM's signals (queue-depth mode with
+    the default metric, and SLO mode), or one number (SGLang's, Triton's or a custom query).
     Returns the queue as a :class:`QueryResult` (for ``lastMetricValue`` and the condition's
-    error text) and, in SLO mode, the :class:`~kubeforge.autoscaling.Signals` to decide on."""
+    error text) and the :class:`~kubeforge.autoscaling.Signals` when read."""
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
         await resolved_refusal(a.prometheus_url, rt.api_servers)
     if refusal:
         return QueryResult(None, None, refusal), None
     http = await _http_client()
-    if a.slo is None:
+    if a.slo is None and (a.query or a.metric.value != "VLLMWaiting"):  # a named or custom queue: one number
         return await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT), None
-    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name, percentile=a.slo.percentile,
-                             window_seconds=a.slo.window_seconds, timeout=PROMETHEUS_TIMEOUT)
+    # vLLM's own series: the queue (waiting + the activator's held), and the running requests that
+    # keep a service from counting as idle; every latency signal in SLO mode. One query.
+    slo = a.slo
+    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name,
+                             percentile=slo.percentile if slo else 90.0,
+                             window_seconds=slo.window_seconds if slo else 60.0, timeout=PROMETHEUS_TIMEOUT)
     queue = sig.value("queue")
     error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
     return QueryResult(queue, sig.time, error), sig
@@ -196,12 +226,14 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return None
     if cache.namespace_terminating(key[0]):
         return None  # the namespace controller deletes everything: nothing is created or counted
+    if await _being_deleted(rt, key):
+        return None
     rec = cache.effective(key, rec)
     now = time.time()
     mem = cache.serving.setdefault(key, ServiceMemory())
     spec = rec.spec
     if spec is None:
-        await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+        await _invalid(rt, rec, now)
         return 30.0
     pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
     if pool_name is None:
@@ -250,12 +282,28 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     await _apply(rt, rec, plan, ctx)
     if d.desired != current:
         rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+    _condition_events(rt, rec, patch, now)
     for type_, reason, message in plan.events:
         rt.event(KIND, rec, type_, reason, message, now)
     if plan.release or d.desired > holding:
         rt.wake_admission()
     left = max(0.5, interval - (now - (mem.decided_at or now)))
     return min(left, plan.requeue_after) if plan.requeue_after is not None else left
+
+
+def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any], now: float) -> None:
+    """A Warning Event when the metric cannot be read (``ScalingActive`` turns False) or the pool
+    cannot place the replicas asked for (``ScalingLimited`` turns True/InsufficientCapacity): once
+    per transition, not per poll."""
+    new = {c["type"]: c for c in patch.get("conditions") or []}
+    for type_, bad in (("ScalingActive", "False"), ("ScalingLimited", "True")):
+        c, old = new.get(type_), condition(rec.status, type_)
+        if c is None or c["status"] != bad:
+            continue
+        if type_ == "ScalingLimited" and c["reason"] != "InsufficientCapacity":
+            continue
+        if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
+            rt.event(KIND, rec, "Warning", c["reason"], c["message"], now)
 
 
 def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,
@@ -291,6 +339,7 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     ns, name = rec.key
     cache = rt.cache
     if plan.delete:
+        cache.expect(cache.deleted, rec.key, plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
     made = cache.expected(cache.created, rec.key)

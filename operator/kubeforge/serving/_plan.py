@@ -346,7 +346,12 @@ class _Step:
                 self.plan.release = True  # stale, or no longer wanted: its GPUs go back
                 continue
             pl = a.placement
-            g = GroupRecord(index=index, attempt=old.attempt if old else 0, phase=STARTING, pool=pl.pool,
+            # A new attempt past any pod of this index still terminating (a group removed by a
+            # scale-down and added back): pod names carry the attempt, and a name still in use
+            # would be refused (409) and the group left without that pod.
+            seen = max((p.attempt for p in self.by_group.get(index, [])), default=-1)
+            attempt = max(old.attempt if old else 0, seen + 1)
+            g = GroupRecord(index=index, attempt=attempt, phase=STARTING, pool=pl.pool,
                             nodes=pl.nodes, gpus_per_pod=a.gpus_per_pod, level=pl.level, domain=pl.domain,
                             template_hash=ctx.template_hash, admitted_at=ctx.now,
                             restarts=old.restarts if old else 0, startup_failures=old.startup_failures if old else 0)

@@ -210,15 +210,25 @@ class Cluster:
         """Create or update Node objects (labels, taints and GPU capacity included).
 
         Uses ``kubectl apply --server-side`` for metadata/spec and a status patch for capacity,
-        since the status of an existing Node is only writable through its subresource.
+        since the status of an existing Node is only writable through its subresource. The
+        status patches go through one in-process client (a kubectl process per node cost about
+        a third of a second each on a loaded machine: 11 s for the demo's 32 nodes).
         """
         if not nodes:
             return
+        from kubernetes import client, config
+
         docs = "\n---\n".join(yaml.safe_dump(n) for n in nodes)
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kubeforge-sim", "-f", "-", input=docs, timeout=300)
-        for n in nodes:
-            status = {"status": {"capacity": n["status"]["capacity"], "allocatable": n["status"]["allocatable"]}}
-            self.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status", "--type=merge", "-p", json.dumps(status))
+        api = config.new_client_from_config(config_file=self.kubeconfig)
+        try:
+            core = client.CoreV1Api(api)
+            for n in nodes:
+                status = {"status": {"capacity": n["status"]["capacity"], "allocatable": n["status"]["allocatable"]}}
+                core.patch_node_status(n["metadata"]["name"], status, _content_type="application/merge-patch+json",
+                                       _request_timeout=30)
+        finally:
+            api.close()
 
     def down(self, log=print) -> None:
         """Stop the provisioner and delete the cluster (all its state); idempotent."""
