@@ -8,48 +8,9 @@ import json
 
 import pytest
 
-from conftest import apply, condition, get_json, job_pods, job_status, training_job, wait_for
+from conftest import DRA_GPUS as GPUS, apply, condition, get_json, job_pods, job_status, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
-
-GPUS = 4
-
-
-@pytest.fixture
-def dra_fleet(request, cluster, namespace):
-    """NVL72 racks (18 DRA nodes x 4 GPUs per clique; one rack unless the test is parametrized with
-    ``indirect`` racks) plus 2 device-plugin nodes, private to the test; a DRA pool over the racks
-    and a device-plugin pool over the others. Returns the names."""
-    from kubeforge.sim import dra
-    from kubeforge.sim.fleet import Fleet, node_manifests
-
-    pool = namespace
-    racks = getattr(request, "param", 1)
-    f = Fleet.model_validate({"name": pool, "nodePrefix": f"{pool}-", "groups": [
-        {"name": "rack", "count": 18 * racks, "nodesPerClique": 18, "labels": {"kubeforge.io/test-fleet": pool},
-         "gpu": {"count": GPUS, "product": "NVIDIA-GB200", "allocation": "DRA"}},
-        {"name": "dp", "count": 2, "labels": {"kubeforge.io/test-fleet": f"{pool}-dp"}, "gpu": {"count": GPUS}},
-    ]})
-    nodes = node_manifests(f)
-    cluster.apply_nodes(nodes)
-    dra.install(cluster, nodes, log=lambda m: None, ready_delay=2.0)
-    names = [n["metadata"]["name"] for n in nodes]
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}},
-                             "deviceAllocation": "DRA", "dra": {"deviceClassName": dra.GPU_CLASS, "driver": dra.GPU_DRIVER},
-                             "topologyLevels": [{"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"}]}})
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": f"{pool}-dp"},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}}})
-    cliques: dict[str, list[str]] = {}
-    for n in nodes:
-        if "-rack-" in n["metadata"]["name"]:
-            cliques.setdefault(n["metadata"]["labels"]["nvidia.com/gpu.clique"], []).append(n["metadata"]["name"])
-    yield {"rack": [n for n in names if "-rack-" in n], "dp": [n for n in names if "-dp-" in n], "pool": pool,
-           "cliques": cliques}
-    cluster.kubectl("delete", "gpupool", pool, f"{pool}-dp", "--ignore-not-found", "--wait=false", check=False)
-    slices = [s["metadata"]["name"] for s in dra.slice_manifests(nodes)]
-    cluster.kubectl("delete", "resourceslice", *slices, "--ignore-not-found", "--wait=false", check=False)
-    cluster.kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false", check=False)
 
 
 def pool_gpus(cluster, name: str) -> dict:
@@ -126,6 +87,21 @@ def domain_nodes_ready(cluster, namespace: str, job: str) -> bool:
     return (condition(job_status(cluster, namespace, job), "ComputeDomainReady") or {}).get("status") == "True"
 
 
+def wait_domain_ready(cluster, namespace: str, job: str, what: str) -> None:
+    """Wait for ComputeDomainReady=True; on timeout say what the job and its domains show."""
+    try:
+        wait_for(lambda: domain_nodes_ready(cluster, namespace, job), timeout=90, what=what)
+    except AssertionError as e:
+        cond = condition(job_status(cluster, namespace, job), "ComputeDomainReady")
+        cds = [(d["metadata"]["name"], d["metadata"].get("finalizers"), (d.get("status") or {}).get("status"),
+                len((d.get("status") or {}).get("nodes") or [])) for d in domains(cluster, namespace)]
+        channel = [c["metadata"]["name"] for c in claims(cluster, namespace)
+                   if "resource.nvidia.com/computeDomain" in (c["metadata"].get("labels") or {})]
+        log = (cluster.dir / "imex.log").read_text(errors="replace").splitlines()[-10:]
+        raise AssertionError(f"{e}\ncondition: {cond}\ndomains: {cds}\nchannel claims: {len(channel)}\n"
+                             "imex.log:\n" + "\n".join(log)) from None
+
+
 def restart_gang(cluster, namespace: str, job: str, preemptions: int) -> None:
     """Delete one worker as someone else would (a preemption) and wait for the gang to run again."""
     victim = job_pods(cluster, namespace, job)[0]["metadata"]["name"]
@@ -164,13 +140,13 @@ def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
     for p in job_pods(cluster, namespace, "gang"):
         refs = {c["name"]: c["resourceClaimTemplateName"] for c in p["spec"]["resourceClaims"]}
         assert refs["compute-domain"] == channel, refs
-    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True")
+    wait_domain_ready(cluster, namespace, "gang", "ComputeDomainReady=True")
     # Restart in place: the gang comes back in the same clique and keeps its domain.
     restart_gang(cluster, namespace, "gang", 1)
     assert set(job_status(cluster, namespace, "gang")["placement"]["nodes"]) <= set(rack0)
     after = domains(cluster, namespace)
     assert [d["metadata"]["uid"] for d in after] == [cd["metadata"]["uid"]], after
-    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True again")
+    wait_domain_ready(cluster, namespace, "gang", "ComputeDomainReady=True again")
     # A move: rack 0 keeps only 15 schedulable nodes, rack 1 opens; the restart lands there with a
     # new domain, and the old one goes (with its channel template) once the old pods are gone.
     cordon(cluster, rack1, undo=True)
@@ -181,7 +157,7 @@ def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
              timeout=120, what="the domain replaced by one of the new clique")
     moved = domains(cluster, namespace)[0]
     assert moved["metadata"]["uid"] != cd["metadata"]["uid"]
-    wait_for(lambda: domain_nodes_ready(cluster, namespace, "gang"), timeout=90, what="ComputeDomainReady=True after the move")
+    wait_domain_ready(cluster, namespace, "gang", "ComputeDomainReady=True after the move")
     templates = {t["metadata"]["name"] for t in get_json(cluster, "resourceclaimtemplates", "-n", namespace)["items"]}
     assert channel not in templates and moved["spec"]["channel"]["resourceClaimTemplate"]["name"] in templates, templates
     cordon(cluster, rack0[:3], undo=True)

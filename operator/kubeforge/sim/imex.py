@@ -117,6 +117,8 @@ def _one(api: client.CustomObjectsApi, cd: dict, claims: list, cliques: dict, se
     status = {"status": "Ready" if entries and all(e["status"] == "Ready" for e in entries) else "NotReady",
               "nodes": entries}
     if (cd.get("status") or {}) != status:
+        ready = sum(e["status"] == "Ready" for e in entries)
+        log.info("%s: %s, %d of %d nodes' IMEX daemons Ready", what, status["status"], ready, len(entries))
         _call(f"{what}: writing status", (404, 409), api.patch_namespaced_custom_object_status, CD_GROUP,
               CD_VERSION, ns, CD_PLURAL, name,
               {"metadata": {"resourceVersion": rv}, "status": status})
