@@ -41,10 +41,10 @@ def helm(cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess
     return proc
 
 
-def rendered_clusterrole(cluster) -> dict:
+def rendered_clusterroles(cluster) -> dict[str, dict]:
+    """The chart's ClusterRoles by name: the operator's (``kfrbac-kubeforge``) and the activator's."""
     out = helm(cluster, "template", "kfrbac", str(CHART), "--namespace", "kubeforge-system", *IMAGE).stdout
-    (role,) = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ClusterRole"]
-    return role
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ClusterRole"}
 
 
 def token_kubeconfig(cluster, sa: str, namespace: str, path: Path) -> None:
@@ -147,8 +147,11 @@ def sa_operator(cluster, tmp_path_factory):
 
 
 def test_rendered_clusterrole_is_least_privilege(cluster):
-    role = rendered_clusterrole(cluster)
-    for rule in role["rules"]:
+    roles = rendered_clusterroles(cluster)
+    assert sorted(roles) == ["kfrbac-kubeforge", "kfrbac-kubeforge-activator"]
+    activator = {r: set(rule["verbs"]) for rule in roles["kfrbac-kubeforge-activator"]["rules"] for r in rule["resources"]}
+    assert activator == {"endpointslices": {"list", "watch"}}, activator  # it reads, never writes
+    for rule in [r for role in roles.values() for r in role["rules"]]:
         for key in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule.get(key, []), f"wildcard in {key}: {rule}"
         assert not rule.get("nonResourceURLs"), rule
