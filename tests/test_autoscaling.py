@@ -615,7 +615,8 @@ def test_properties(pol, start, plan):
                 assert d.desired > 0  # missing data never scales to zero
             held = min(max(current, lo), hi)
             if placeable is not None and held > current:
-                held = max(current, min(held, placeable))
+                # capped at what the pool places, but one replica asked for from zero waits
+                held = max(current, min(held, placeable), 1 if current == 0 else 0)
             assert d.desired == held
         assert d.direction == ("Up" if d.desired > current else "Down" if d.desired < current else None)
         assert d.limited == (d.limited_reason is not None)

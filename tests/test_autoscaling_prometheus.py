@@ -264,6 +264,7 @@ def test_parse_signals_reads_each_series_and_names_what_is_missing():
     assert s.ttft is None and s.error("ttft") == "no requests in the window"
     assert s.error("held") == "no series" and s.error("saturated_running") == "infinite"
     assert s.error("waiting") is None
+    assert "held" in s.absent and not {"waiting", "ttft", "saturated_running"} & set(s.absent)  # typed: answered, no series
 
 
 @pytest.mark.parametrize("status, body", [

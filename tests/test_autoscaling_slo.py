@@ -105,6 +105,26 @@ def test_read_metrics_slo_needs_a_queue_or_an_admission_rate():
     assert held_only.usable and held_only.value == 4.0  # the activator's queue alone is demand
 
 
+def test_an_empty_answer_reads_as_zero_only_at_zero_replicas():
+    """No pod, nothing held: Prometheus has no series to answer with, which is not an outage
+    (KEDA's ignoreNullValues); with replicas running the same answer is a scrape problem."""
+    empty = Signals(errors=(("waiting", "no series"), ("held", "no series"), ("queue", "no series")),
+                    absent=("waiting", "held", "queue"))
+    q = replace(slo_policy(), slo=None, min_replicas=0)
+    for p in (q, replace(slo_policy(), min_replicas=0)):
+        at_zero = read_metrics(p, empty, 0)
+        assert at_zero.usable and at_zero.value == 0.0 and at_zero.active_reason == R.VALID_METRIC_FOUND
+        assert "ignoreNullValues" in at_zero.note
+        running = read_metrics(p, empty, 2)
+        assert not running.usable and running.active_reason == R.FAILED_GET_METRIC
+        d = decide(p, AutoscalerState(), 0, empty, T0)
+        assert d.scaling_active and d.desired == 0, d.reason
+    # an outage is never read as 0, at zero either
+    down = Signals(errors=(("waiting", "HTTP 503"), ("held", "HTTP 503"), ("queue", "HTTP 503")))
+    assert not read_metrics(q, down, 0).usable
+    assert not decide(q, AutoscalerState(), 0, down, T0).scaling_active
+
+
 def test_read_metrics_queue_mode_reads_signals_queue_and_slo_falls_back_on_a_number():
     q = replace(slo_policy(), slo=None)
     assert read_metrics(q, Signals(queue=6.0)).value == 6.0

@@ -105,7 +105,8 @@ def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_n
         assert can("patch", "trainingjobs.kubeforge.io", "--subresource=status", "-n", "default")
         assert can("patch", "gpupools.kubeforge.io", "--subresource=status")
         assert can("create", "pods", "-n", "default")
-        assert can("patch", "deployments.apps", "-n", "default")
+        assert can("delete", "deployments.apps", "-n", "default")  # 0.1 Deployments, deleted once
+        assert not can("create", "deployments.apps", "-n", "default")
         assert can("list", "nodes")
         assert can("watch", "namespaces")
         assert can("list", "customresourcedefinitions.apiextensions.k8s.io")

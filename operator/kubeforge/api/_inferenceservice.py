@@ -358,9 +358,10 @@ class InferenceServiceSpec(KubeModel):
         ge=1,
         le=64,
         description="gpusPerReplica is the number of GPUs of one replica. Default: "
-        "parallelism.tensor x parallelism.pipeline when parallelism is set, else 1. When a "
-        "replica needs more GPUs than one node of the pool has, it becomes a group of pods, one per "
-        "node, each taking a whole node's GPUs.",
+        "parallelism.tensor x parallelism.pipeline when parallelism is set, else 1. Without "
+        "parallelism a replica is one pod, which must fit one node (a larger one waits, "
+        "Unschedulable); with parallelism a replica needing more GPUs than one node has becomes a "
+        "group of pods, one per node, each taking a whole node's GPUs.",
     )
     parallelism: Optional[Parallelism] = Field(
         default=None,

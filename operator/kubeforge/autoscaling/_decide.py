@@ -139,7 +139,7 @@ def decide(
         st = replace(st, recommendations=_dedupe(st.recommendations + ((now, current),)))
     history = st.recommendations
 
-    reading = read_metrics(p, metric)
+    reading = read_metrics(p, metric, current)
     notes: list[str] = [reading.note] if reading.note else []
     raw: int | None = None
     sizing, slo_out = None, None

@@ -124,7 +124,8 @@ def parse_signals_response(status_code: int, body: str, percentile: float = 90.0
             errors[name] = "infinite"
         else:
             values[name] = v
-    for name in names:
-        if name not in values and name not in errors:
-            errors[name] = "no series"
-    return replace(base, time=when, errors=tuple((n, errors[n]) for n in names if n in errors), **values)
+    absent = tuple(n for n in names if n not in values and n not in errors)
+    for name in absent:
+        errors[name] = "no series"
+    return replace(base, time=when, errors=tuple((n, errors[n]) for n in names if n in errors), absent=absent,
+                   **values)

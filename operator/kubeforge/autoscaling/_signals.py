@@ -53,6 +53,9 @@ class Signals:
         queue: The queue-depth mode's metric (the named or custom query), requests.
         errors: ``(signal, short fixed text)`` for each signal that could not be read; never
             a copy of a response body.
+        absent: The signals Prometheus answered with no series at all (a successful, empty
+            answer: nothing reports them), ``"queue"`` included when the queue-depth metric was
+            such an answer. Typed, so that decisions never read ``errors``' texts.
     """
 
     time: float | None = None
@@ -73,6 +76,7 @@ class Signals:
     prefill: float | None = None
     queue: float | None = None
     errors: tuple[tuple[str, str], ...] = field(default=())
+    absent: tuple[str, ...] = field(default=())
 
     def error(self, name: str) -> str | None:
         """The error text of signal ``name``, or ``None``."""

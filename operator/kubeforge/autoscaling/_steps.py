@@ -5,7 +5,7 @@ desired -> stabilize -> rate-limit -> bound. Each is a pure function, tested alo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import _reasons as R
 from ._policy import AutoscalingPolicy
@@ -74,28 +74,43 @@ def _number_problem(metric: object) -> tuple[str, str] | None:
     return None
 
 
-def read_metrics(policy: AutoscalingPolicy, metric: float | Signals | None) -> Reading:
+_EMPTY_AT_ZERO = ("no series at 0 replicas (no pod reports, no request is held): read as 0, "
+                  "as KEDA's Prometheus scaler does (ignoreNullValues: true)")
+
+
+def read_metrics(policy: AutoscalingPolicy, metric: float | Signals | None, current: int | None = None) -> Reading:
     """Step 1: check what came in.
 
     Queue-depth mode reads a number (the total queue) or ``Signals.queue``. SLO mode needs
     :class:`Signals` with the queue (vLLM's waiting or the activator's held) or the admission
     rate; given a bare number it scales on that queue in queue-depth mode instead and says so.
 
+    At zero replicas (``current`` 0) a successful Prometheus answer with no series for the
+    queue (``Signals.absent``) reads as 0: no pod exists to report vLLM's series and the
+    activator reports none while it holds nothing. KEDA's Prometheus scaler reads every empty
+    answer as 0 (``ignoreNullValues``, default true); kubeforge does so only at zero, so that
+    running replicas nobody scrapes show ``ScalingActive=False`` instead of a silent 0.
+
     Returns:
         The :class:`Reading`; unusable ones carry the HPA's reason and a message.
     """
+    at_zero_empty = current == 0 and isinstance(metric, Signals) and (
+        "queue" in metric.absent or {"waiting", "held"} <= set(metric.absent))
     if policy.slo is not None and isinstance(metric, Signals):
-        sig = metric
+        sig = replace(metric, held=0.0) if at_zero_empty and metric.queued is None else metric
         queued, adm = sig.queued, sig.value("admission_rate")
         if queued is None and adm is None:
             why = sig.error("waiting") or sig.error("admission_rate") or "no series"
             return Reading(True, None, sig, R.FAILED_GET_METRIC,
                            f"no vLLM or activator signal for the service ({why})")
-        return Reading(True, (queued or 0.0) + (sig.value("running") or 0.0), sig, R.VALID_METRIC_FOUND)
+        return Reading(True, (queued or 0.0) + (sig.value("running") or 0.0), sig, R.VALID_METRIC_FOUND,
+                       note=_EMPTY_AT_ZERO if sig is not metric else None)
     note = None
     signals = metric if isinstance(metric, Signals) else None
     if signals is not None:
         value: object = signals.queue
+        if value is None and at_zero_empty:
+            return Reading(False, 0.0, signals, R.VALID_METRIC_FOUND, None, _EMPTY_AT_ZERO)
         if value is None:
             why = signals.error("queue") or "no value"
             return Reading(False, None, signals, R.FAILED_GET_METRIC, f"no metric value ({why})")

@@ -151,11 +151,14 @@ class QueryResult:
         error: ``None`` on success, else a short fixed text ("empty result", "HTTP 503",
             "connection failed", "timeout after 2s", "Prometheus error bad_data"); never a
             copy of the response body.
+        empty: Prometheus answered, with an empty vector (no series matched): typed, so that
+            callers never read ``error``'s text.
     """
 
     value: float | None
     time: float | None
     error: str | None
+    empty: bool = False
 
     @property
     def ok(self) -> bool:
@@ -219,7 +222,7 @@ def parse_query_response(status_code: int, body: str) -> QueryResult:
         if not isinstance(result, list):
             return _fail("malformed vector result")
         if not result:
-            return _fail("empty result")
+            return QueryResult(value=None, time=None, error="empty result", empty=True)
         if len(result) > 1:
             return _fail(f"query returned {len(result)} series; wrap it in sum(...)")
         series = result[0]
@@ -355,8 +358,11 @@ async def read_signals(
         queued = sig.queued
         if queued is not None:
             return replace(sig, queue=queued)
-        return replace(sig, errors=sig.errors + (("queue", sig.error("waiting") or "no series"),))
+        empty = ("queue",) if {"waiting", "held"} <= set(sig.absent) else ()
+        return replace(sig, errors=sig.errors + (("queue", sig.error("waiting") or "no series"),),
+                       absent=sig.absent + empty)
     q = await query_scalar(client, base_url, resolve_query(queue_query, namespace, service), timeout=timeout)
     if q.value is not None:
         return replace(sig, queue=q.value)
-    return replace(sig, errors=sig.errors + (("queue", q.error or "no value"),))
+    return replace(sig, errors=sig.errors + (("queue", q.error or "no value"),),
+                   absent=sig.absent + (("queue",) if q.empty else ()))
