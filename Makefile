@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,12 @@ setup: $(BIN)/kubeforge
 tools:
 	bash hack/build-tools.sh >/dev/null
 
+# The peers kubeforge is measured against (Kueue, JobSet, LeaderWorkerSet), built from the Go
+# module proxy and cached like the control plane: only benches and tests that compare ask for
+# them (never make demo or make test). See e2e/README-peers.md.
+peers:
+	bash hack/build-peers.sh >/dev/null
+
 # Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
@@ -28,6 +34,11 @@ demo: setup tools
 
 test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The peers' smoke tests (Kueue + JobSet with TAS, LeaderWorkerSet), building the peers first.
+# make test runs them too, but only when the peers are already built.
+test-peers: setup tools peers
+	$(BIN)/pytest -m peers $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
