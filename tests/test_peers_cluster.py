@@ -72,7 +72,8 @@ def test_kueue_with_tas_admits_a_gang_inside_one_nvlink_domain(kueue, namespace,
         wait_for(lambda: _cond(get_json(cluster, "clusterqueue", name), "Active").get("status") == "True",
                  timeout=60, what="ClusterQueue Active")
         t0 = time.monotonic()
-        apply(cluster, queues.jobset("fits", namespace, 2, 8, "q", "Required", CLIQUE))
+        apply(cluster, queues.jobset("fits", namespace, 2, 8, "q", "Required", CLIQUE,
+                                     pod_annotations=queues.KWOK_KEEP_RUNNING))
         wait_for(lambda: len(_bound(cluster, namespace, f"{JOBSET_POD}=fits")) == 2, timeout=90,
                  what="the JobSet's 2 pods bound")
         took = time.monotonic() - t0
@@ -84,7 +85,8 @@ def test_kueue_with_tas_admits_a_gang_inside_one_nvlink_domain(kueue, namespace,
         assert wl["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment"), wl["status"]["admission"]
 
         # 3 x 8 GPUs fit the quota (32) but no NVLink domain (2 nodes each): TAS must not admit it.
-        apply(cluster, queues.jobset("too-wide", namespace, 3, 8, "q", "Required", CLIQUE))
+        apply(cluster, queues.jobset("too-wide", namespace, 3, 8, "q", "Required", CLIQUE,
+                                     pod_annotations=queues.KWOK_KEEP_RUNNING))
         wait_for(lambda: _cond(_workload(cluster, namespace, "too-wide"), "QuotaReserved").get("status") == "False",
                  timeout=60, what="Kueue to evaluate the 3-pod gang")
         time.sleep(3)

@@ -12,6 +12,8 @@ for a topology domain with ``kueue.x-k8s.io/podset-required-topology`` or
 
 from __future__ import annotations
 
+from ._kwok import KEEP_RUNNING
+
 KUEUE = "kueue.x-k8s.io/v1beta2"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -21,6 +23,10 @@ PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
+KWOK_KEEP_RUNNING = {KEEP_RUNNING: "true"}
+"""Pod annotation for the sim: kwok completes Running pods owned by a Job within a second (see
+:mod:`peers._kwok`); with this annotation a JobSet's pods stay Running, like the benches' other
+pods, so both sides hold their GPUs alike."""
 
 
 def topology(name: str, levels: list[str]) -> dict:
@@ -79,7 +85,7 @@ def workload_priority_class(name: str, value: int) -> dict:
 def jobset(name: str, namespace: str, replicas: int, gpus: int, queue: str, mode: str = "Preferred",
            level_label: str | None = None, labels: dict[str, str] | None = None,
            pod_labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-           priority_class: str | None = None) -> dict:
+           priority_class: str | None = None, pod_annotations: dict[str, str] | None = None) -> dict:
     """A JobSet of one replicated Job: ``replicas`` indexed pods of ``gpus`` GPUs each, queued in
     LocalQueue ``queue`` (the same gang as a kubeforge TrainingJob of ``replicas`` x ``gpus``).
 
@@ -93,6 +99,7 @@ def jobset(name: str, namespace: str, replicas: int, gpus: int, queue: str, mode
         level_label: the node label of the topology level (e.g. ``nvidia.com/gpu.clique``).
         labels, annotations: extra metadata of the JobSet.
         pod_labels: labels of its pods (the bench finds a gang's pods by them).
+        pod_annotations: extra annotations of its pods (e.g. :data:`KWOK_KEEP_RUNNING`).
         priority_class: a WorkloadPriorityClass name (label ``kueue.x-k8s.io/priority-class``).
     """
     if mode in ("Required", "Preferred") and not level_label:
@@ -102,7 +109,7 @@ def jobset(name: str, namespace: str, replicas: int, gpus: int, queue: str, mode
     md_labels = {QUEUE_LABEL: queue, **(labels or {})}
     if priority_class:
         md_labels[PRIORITY_LABEL] = priority_class
-    pod = {"metadata": {"labels": dict(pod_labels or {}), "annotations": topo},
+    pod = {"metadata": {"labels": dict(pod_labels or {}), "annotations": {**topo, **(pod_annotations or {})}},
            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"],
                                     "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}}

@@ -30,6 +30,7 @@ import yaml
 
 from ._build import BUILD_HINT, PeersError, peers_bin
 from ._certs import kueue_metrics_cert, loopback_cert
+from ._kwok import keep_annotated_job_pods_running
 from ._manifests import crds, webhook_configurations, webhook_groups
 
 PEERS = ("kueue", "jobset", "lws")
@@ -172,12 +173,14 @@ def _common(c, peer: str, bin_dir: Path | None) -> tuple[Path, Path, str, int, i
 
 def start_jobset(c, bin_dir: Path | None = None) -> Manager:
     """Install JobSet's CRD on cluster ``c`` and start its manager (as shipped: client QPS and
-    burst 500); returns it when ready.
+    burst 500); returns it when ready. First makes the sim keep Job pods annotated
+    :data:`peers.queues.KWOK_KEEP_RUNNING` Running (:mod:`peers._kwok`).
 
     Raises:
         PeersError: not built, or the manager did not become ready.
     """
     b, certs, ca, wh, hp = _common(c, "jobset", bin_dir)
+    keep_annotated_job_pods_running(c)  # JobSet's pods are Job pods: kwok would finish them at once
     _install_crds(c, b, "jobset", wh, ca)
     config = {"apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
               "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
