@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers bench-preemption-live
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -84,3 +84,8 @@ bench-autoscaling: setup tools system-deps
 # through the pure admission core (no cluster), beside Kueue's victim order.
 bench-preemption: setup
 	$(BIN)/python e2e/bench_preemption.py $(BENCH_ARGS)
+
+# The same question live and small: 16 kwok nodes, two teams, high-priority arrivals over running
+# jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.
+bench-preemption-live: setup tools peers
+	$(BIN)/python e2e/bench_preemption_live.py $(BENCH_ARGS)
