@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers bench-preemption-live
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers bench-preemption-live profile-training
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench-training: setup tools
 bench-training-burst: setup tools
 	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases kubeforge,kueue \
 		--submit-workers 16 --phase-timeout 480 --settle 30 $(BENCH_ARGS)
+
+# The operator's CPU profile during the training bench (kubeforge phase): py-spy (PyPI) samples it,
+# e2e/profile_operator.py prints the share by area and the top functions (e2e/README-training-bench.md).
+profile-training: setup tools
+	$(BIN)/pip install -q -e '.[test,profile]'
+	$(BIN)/python e2e/profile_operator.py $(BENCH_ARGS)
 
 # 5,000 TrainingJobs / 20,000 pods: operator RSS as they grow, against an idle operator.
 bench-memory: setup tools

@@ -101,6 +101,8 @@ def run(bench, c, api, ph, ns: str, args, fleet_name: str, capacity: int, last: 
     core = client.CoreV1Api(api)
     res = KueueResult(versions=describe())
     t = time.monotonic()
+    logs = {p: c.dir / "peers" / f"{p}.log" for p in ("kueue", "jobset")}
+    offsets = {p: f.stat().st_size if f.exists() else 0 for p, f in logs.items()}
     qps, _, burst = os.environ.get("KUBEFORGE_KUEUE_QPS", "50,100").partition(",")
     res.qps = (float(qps), int(burst or 2 * float(qps)))
     try:
@@ -160,10 +162,12 @@ def run(bench, c, api, ph, ns: str, args, fleet_name: str, capacity: int, last: 
             bench.say(f"{ns} deleted in {time.monotonic() - t:.0f}s (Kueue still running)" if ok else f"{ns} still terminating")
     finally:
         stop_peers(c)
-        for peer in ("kueue", "jobset"):
-            log = c.dir / "peers" / f"{peer}.log"
+        for peer, log in logs.items():  # this run's lines only (the logs are appended to)
             if log.exists():
-                bad = [ln for ln in log.read_text(errors="replace").splitlines() if '"level":"error"' in ln or "panic" in ln]
+                with open(log, "rb") as f:
+                    f.seek(offsets[peer])
+                    lines = f.read().decode(errors="replace").splitlines()
+                bad = [ln for ln in lines if '"level":"error"' in ln or "panic" in ln]
                 res.log[peer] = (len(bad), [_msg(ln) for ln in bad[:3]])
     return res
 
@@ -259,7 +263,7 @@ def print_report(bench, res: KueueResult, s: dict, ph) -> None:
           f"{bench.pct(a, 50):.0f}s p95 {bench.pct(a, 95):.0f}s max {max(a, default=float('nan')):.0f}s; Admitted -> "
           f"first pod created p50 {bench.pct(b, 50):.0f}s p95 {bench.pct(b, 95):.0f}s max {max(b, default=float('nan')):.0f}s")
     for peer, (n, samples) in res.log.items():
-        print(f"  kueue: {peer} log (whole run): {n} error lines" + (", the first:" if n else ""))
+        print(f"  kueue: {peer} log (this phase, shutdown included): {n} error lines" + (", the first:" if n else ""))
         for ln in samples:
             print(f"    | {ln[:220]}")
     print(f"\n  kueue: API calls during the phase ({gangs} placed gangs, N = {n_per:.2f} pods per placed gang)")
