@@ -6,18 +6,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption image peers test-peers bench-preemption-live profile-training
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,demo]'
 	touch $@
 
 setup: $(BIN)/kubeforge
 
+# KUBEFORGE_BIN_DIR (a folder of prebuilt binaries) skips the build, as kubeforge.sim.tools does.
 tools:
-	bash hack/build-tools.sh >/dev/null
+	@if [ -z "$$KUBEFORGE_BIN_DIR" ]; then bash hack/build-tools.sh >/dev/null; fi
 
 # The peers kubeforge is measured against (Kueue, JobSet, LeaderWorkerSet), built from the Go
 # module proxy and cached like the control plane: only benches and tests that compare ask for
@@ -29,8 +30,10 @@ peers:
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
 
-demo: setup tools
-	$(BIN)/kubeforge demo
+# DEMO_ARGS passes flags, e.g. make demo DEMO_ARGS="--name my-demo --plot /tmp/demo.png".
+DEMO_ARGS ?=
+demo: setup tools system-deps
+	$(BIN)/kubeforge demo $(DEMO_ARGS)
 
 test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -83,8 +86,17 @@ profile-training: setup tools
 bench-memory: setup tools
 	$(BIN)/python e2e/bench_memory.py $(BENCH_ARGS)
 
+# Every run of issue 14 (the Azure trace, a cold ramp, a day) through kubeforge, KEDA + HPA, llm-d
+# and Dynamo in simulated time, with PNGs in e2e/results/; then the live part on the local cluster.
 bench-autoscaling: setup tools system-deps
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
+
+# Issue 13: multi-node serving groups and training gangs scaling over the Azure trace on 64 kwok
+# nodes, kubeforge against the same groups as plain pods with LWS-style pod affinity; PNG in e2e/results/.
+bench-serving: setup tools
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python e2e/bench_serving_placement.py $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
 # through the pure admission core (no cluster), beside Kueue's victim order.

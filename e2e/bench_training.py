@@ -78,6 +78,8 @@ if SRC != ROOT:
 import yaml  # noqa: E402
 
 from kubeforge.demo import start_operator, stop_operator  # noqa: E402
+
+import bench_claims  # noqa: E402  (this directory: the start breakdown, claim figures, spot restarts)
 from kubeforge.sim.cluster import Cluster, home  # noqa: E402
 from kubeforge.sim.fleet import GPUSpec, load_fleet, node_manifests  # noqa: E402
 
@@ -1046,6 +1048,16 @@ def main() -> int:
                     help="per-job: each TrainingJob gets its own checkpoint PVC (the default); shared: every job "
                          "mounts one existing PVC (checkpoint.existingClaimName), like for like with the baseline's "
                          "plain pods, which mount none")
+    ap.add_argument("--restart-nodes", type=int, default=4,
+                    help="after the kubeforge phase (per-job claims), put the spot interruption taint on this many "
+                         "nodes running gangs whose claims are Bound and measure taint -> Running again (0: skip)")
+    ap.add_argument("--kcm-api-qps", type=int, default=bench_claims.KCM_API_QPS,
+                    help="kube-controller-manager's --kube-api-qps and --kube-api-burst for the cluster the bench "
+                         "creates (default %(default)s, as Kubernetes' own scale tests run it; 0: upstream's 20 / 30, "
+                         "which caps the PV controller at ~4-6 claim bindings a second)")
+    ap.add_argument("--py-spy", action="store_true",
+                    help="sample the operator with py-spy (pip install py-spy) during the kubeforge phase and print "
+                         "where its event loop spends its time")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -1088,7 +1100,10 @@ def main() -> int:
           + ("; checkpoint PVC per job" if args.claims == "per-job" else f"; one shared checkpoint PVC ({SHARED_CLAIM})")
           + f"; per phase: at most {args.phase_timeout:.0f}s, ends {args.settle:.0f}s after the last "
           + ("admission (kubeforge, --admission-only) / bind" if args.admission_only else "bind")
-          + f"; submit with {args.submit_workers} threads; cluster {args.cluster}; machine: {os.cpu_count()} CPUs, "
+          + f"; submit with {args.submit_workers} threads; cluster {args.cluster} "
+          + (f"(kube-controller-manager --kube-api-qps/--kube-api-burst {args.kcm_api_qps})" if args.kcm_api_qps
+             else "(kube-controller-manager's default API rate, 20 qps / 30 burst)")
+          + f"; machine: {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"kubeforge code: {describe_source()}")
     print("=" * 100, flush=True)
@@ -1104,7 +1119,13 @@ def main() -> int:
     delete_timeout = args.delete_timeout or max(120.0, n_pods / 10)
     try:
         t = time.monotonic()
-        c.up(None, log=say)
+        import inspect
+
+        if "audit_policy" in inspect.signature(c.up).parameters:
+            c.up(None, log=say, extra_args=bench_claims.kcm_args(args.kcm_api_qps),
+                 audit_policy=bench_claims.audit_policy_file(c.dir))
+        else:  # an --operator-src from before issue 20: no audit log, no breakdown
+            c.up(None, log=say)
         api = open_api(c, max(16, args.submit_workers * 2))
         nodes = apply_fleet(c, api, fleet)
         node_clique = {n["metadata"]["name"]: n["metadata"]["labels"].get(CLIQUE, "") for n in nodes}
@@ -1126,7 +1147,9 @@ def main() -> int:
                         core.create_namespaced_pod(ns, pod, _preload_content=False)
 
                 say(f"baseline: creating {n_pods} plain pods for {len(jobs)} jobs")
+                components = bench_claims.ComponentMetrics({k: component_pid(c, k) for k in bench_claims.WANTED})
                 costs[phase] = run_phase(c, api, ph, ns, submit, args)
+                extra["components_baseline"] = components.finish()
             elif phase == "kueue":
                 extra["kueue"] = kueue_phase.run(sys.modules[__name__], c, api, ph, ns, args, fleet.name, capacity,
                                                  last=phase == phases[-1])
@@ -1159,8 +1182,15 @@ def main() -> int:
                                                            _preload_content=False)
 
                 say(f"kubeforge: creating {len(jobs)} TrainingJobs")
+                components = bench_claims.ComponentMetrics({k: component_pid(c, k) for k in bench_claims.WANTED})
+                profile = bench_claims.OperatorProfile(operator_pid(c) if args.py_spy else None, c.dir / "operator.pyspy")
+                op_before = bench_claims.scrape_operator(operator_metrics_port(c))
                 costs[phase] = run_phase(c, api, ph, ns, submit, args, admission_only=args.admission_only,
                                          pid=operator_pid(c))
+                extra["components"] = components.finish()
+                extra["py_spy"] = profile.finish()
+                extra["operator_times"] = {k: v - op_before.get(k, 0.0) for k, v in
+                                           bench_claims.scrape_operator(operator_metrics_port(c)).items()}
                 extra["operator_cpu_s"] = costs[phase].cpu_s
                 extra["operator_alive"] = alive(pid)
                 # What the operator says about the jobs, from one list after the phase.
@@ -1194,6 +1224,15 @@ def main() -> int:
                 extra["pods_created"] = len(pods)
                 pvcs = json.loads(core.list_namespaced_persistent_volume_claim(ns, _preload_content=False).data)["items"]
                 extra["pvcs"] = (len(pvcs), sum(1 for p in pvcs if (p.get("status") or {}).get("phase") == "Bound"))
+                audit = c.audit_log() if hasattr(c, "audit_log") else Path("/nonexistent")
+                timeline = bench_claims.read_audit(audit, ns)
+                extra["start"] = timeline and bench_claims.breakdown(timeline, {j.name: j.replicas for j in jobs})
+                base_tl = bench_claims.read_audit(audit, "bench-baseline") if "baseline" in phases else None
+                if extra["start"] and base_tl:
+                    extra["start"]["baseline"] = bench_claims.pod_steps(base_tl, {j.name: j.replicas for j in jobs})
+                if args.restart_nodes > 0 and args.claims == "per-job":
+                    extra["restart"] = bench_claims.restart_after_spot_preemption(
+                        core, custom, ns, args.restart_nodes, args.settle * 2, audit)
                 stop_operator(c)
             results[phase] = (ph, summarize(ph))
             say(f"{phase}: {results[phase][1]['placed']}/{len(jobs)} jobs placed; ended: {ph.end_reason}")
@@ -1302,6 +1341,11 @@ def report(results: dict, costs: dict, extra: dict, jobs: list[Job], req_gpus: i
               f"the phase: {'yes' if extra.get('operator_alive') else 'NO'}")
         for ln in extra.get("log_samples") or []:
             print(f"    | {ln[:220]}")
+    if "kubeforge" in results:
+        base = results.get("baseline")
+        bench_claims.report(args.claims, extra.get("start"), extra.get("components"), extra.get("restart"),
+                            (base[1]["p50"], base[1]["p95"]) if base else None, extra.get("components_baseline"))
+        bench_claims.report_profile(extra.get("py_spy"), extra.get("operator_times"))
     for n in names:
         if n in costs:
             print_cost(n, costs[n], results[n][1], "operator" if n == "kubeforge" else "bench",

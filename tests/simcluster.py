@@ -1,7 +1,7 @@
 """Test helpers for the pure admission core: small builders, and a pure cluster simulator.
 
 Builders (:func:`mk_node`, :func:`mk_pool`, :func:`mk_job`, :func:`mk_service`,
-:func:`worker_pod`, :func:`foreign_pod`, :func:`serving_pod`) make the records the admission
+:func:`worker_pod`, :func:`foreign_pod`) make the records the admission
 core reads, through the same parsers the operator uses (``record_from_k8s``, ``pod_from_k8s``,
 ``build_worker_pod``), so a test states its inputs in the shapes the API server holds.
 
@@ -12,7 +12,8 @@ and a clock; :meth:`SimCluster.settle` runs the operator's loop to a fixed point
 
 * the admission round: :func:`kubeforge.admission.plan_admission` over a snapshot built the
   way ``runtime.cache.Cache.snapshot`` builds it; admitted gangs become *assumed* placements,
-  waiting reasons are handed to the job reconciles, serving replicas are pinned and ungated;
+  waiting reasons are handed to the job reconciles, serving replica groups admission placed are
+  written to their service's ``status.groups`` and their pods created pinned (``build_group_pod``);
 * every job's reconcile: :func:`kubeforge.lifecycle.plan_training`, applied as
   ``runtime.training`` applies it: the status merge patch first, then deletes (pods are marked
   deleting), then creates (pods from ``build_worker_pod``, pinned to ``placement.nodes[rank]``);
@@ -34,16 +35,18 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from kubeforge.admission import (
-    AdmissionMemo, JobView, Snapshot, build_ledger, plan_admission, pool_resource,
+    AdmissionMemo, JobView, Snapshot, build_ledger, group_shape, plan_admission, pool_resource,
 )
 from kubeforge.api import GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec
-from kubeforge.builders.inference import build_pod_template
+from kubeforge.builders.serving import build_group_pod
 from kubeforge.builders.training import build_worker_pod, pvc_name, spec_hash
-from kubeforge.lifecycle import TrainingContext, plan_training
+from kubeforge.lifecycle import TrainingContext, claim_wait, plan_training
+from kubeforge.lifecycle._volume import OUR_GATES
 from kubeforge.objects import (
-    ADMISSION_GATE, Key, Node, PlacementRecord, Pod, Taint, TrainingJobRecord, placement_of,
+    Key, Node, PlacementRecord, Pod, Taint, TrainingJobRecord, groups_of, placement_of,
     pod_from_k8s, record_from_k8s, tolerates,
 )
+from kubeforge.objects._labels import VOLUME_GATE
 
 GPU = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -146,25 +149,34 @@ def placed(pool: str, nodes: Iterable[str], level: str | None = None, domain: st
     return pl
 
 
-def mk_service(name: str, *, ns: str = NS, pools=("p",), gpus: int = 1, topology: Mapping[str, Any] | None = None,
-               template: Mapping[str, Any] | None = None, generation: int = 1):
-    """An InferenceService record."""
+def service_body(name: str, *, ns: str = NS, pools=("p",), gpus: int | None = 1,
+                 topology: Mapping[str, Any] | None = None, template: Mapping[str, Any] | None = None,
+                 generation: int = 1, status: Mapping[str, Any] | None = None, **spec_extra: Any) -> dict[str, Any]:
+    """An InferenceService body as the API server holds it (camelCase spec keys in ``spec_extra``)."""
     spec: dict[str, Any] = {
-        "pools": list(pools), "gpusPerReplica": gpus,
+        "pools": list(pools),
         "template": copy.deepcopy(template) if template else
-        {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}},
+        {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai", "command": ["vllm", "serve", "m"]}]}},
     }
+    if gpus is not None:
+        spec["gpusPerReplica"] = gpus
     spec["topology"] = dict(topology or {"mode": "None"})
-    body = {"metadata": {"name": name, "namespace": ns, "uid": f"svc-{next(_uids)}", "generation": generation,
-                         "creationTimestamp": iso(NOW - 3600)}, "spec": spec, "status": {}}
-    rec = record_from_k8s(InferenceServiceSpec, body)
+    spec.update(spec_extra)
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"svc-{next(_uids)}", "generation": generation,
+                         "creationTimestamp": iso(NOW - 3600)}, "spec": spec, "status": copy.deepcopy(dict(status or {}))}
+
+
+def mk_service(name: str, **kw: Any):
+    """An InferenceService record (see :func:`service_body` for the keywords)."""
+    rec = record_from_k8s(InferenceServiceSpec, service_body(name, **kw))
     assert rec.spec is not None, rec.spec_error
     return rec
 
 
 def worker_manifest(job: TrainingJobRecord, rank: int, attempt: int, placement: PlacementRecord,
-                    resource: str = GPU, created: float = NOW - 60) -> dict[str, Any]:
-    m = build_worker_pod(job, rank=rank, attempt=attempt, placement=placement, gpu_resource=resource)
+                    resource: str = GPU, created: float = NOW - 60, gates: tuple[str, ...] = ()) -> dict[str, Any]:
+    m = build_worker_pod(job, rank=rank, attempt=attempt, placement=placement, gpu_resource=resource,
+                         scheduling_gates=gates)
     m["metadata"]["creationTimestamp"] = iso(created)
     m["metadata"]["uid"] = f"pod-{next(_uids)}"
     return m
@@ -191,25 +203,6 @@ def foreign_pod(name: str, node: str | None, gpus: int, *, ns: str = "other", re
     if node:
         body["spec"]["nodeName"] = node
     return pod_from_k8s(body)
-
-
-def serving_manifest(svc, name: str, pool_rec, created: float = NOW - 30) -> dict[str, Any]:
-    """A replica pod as the Deployment makes it from ``build_pod_template`` (gated)."""
-    spec = pool_rec.spec
-    levels = {lv.name: lv.node_label for lv in spec.topology_levels} if spec else {}
-    topo = svc.spec.topology
-    label = levels.get(topo.level) if topo.mode.value == "Required" and topo.level else None
-    tmpl = build_pod_template(svc, gpu_resource=pool_resource(pool_rec),
-                              node_selector=spec.node_selector.to_dict() if spec else None,
-                              tolerations=[t.to_dict() for t in spec.tolerations] if spec else (),
-                              pool=pool_rec.name, level_label=label)
-    md = copy.deepcopy(tmpl["metadata"])
-    md.update(name=name, namespace=svc.namespace, creationTimestamp=iso(created), uid=f"pod-{next(_uids)}")
-    return {"metadata": md, "spec": copy.deepcopy(tmpl["spec"]), "status": {"phase": "Pending"}}
-
-
-def serving_pod(svc, name: str, pool_rec, created: float = NOW - 30) -> Pod:
-    return pod_from_k8s(serving_manifest(svc, name, pool_rec, created))
 
 
 def snapshot(pools=(), nodes=(), pods=(), jobs=(), services=(), storage_classes=("standard",), claims=None) -> Snapshot:
@@ -320,7 +313,10 @@ class SimCluster:
         self.now = now
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.pools = {p.name: p for p in pools}
-        self.services = {s.key: s for s in services}
+        self.services = {s.key: {"metadata": {"name": s.name, "namespace": s.namespace, "uid": s.uid,
+                                              "generation": s.generation, "creationTimestamp": iso(s.created)},
+                                 "spec": s.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                 "status": dict(s.status)} for s in services}
         self.storage_classes = frozenset(storage_classes)
         self.claims: dict[Key, str] = {}
         self.jobs: dict[Key, SimJob] = {}
@@ -349,19 +345,22 @@ class SimCluster:
     def job_pods(self, key: Key) -> list[Pod]:
         return [sp.pod for sp in self.pods.values() if sp.pod.job == key[1] and sp.pod.namespace == key[0]]
 
+    def service_records(self) -> dict[Key, Any]:
+        return {k: record_from_k8s(InferenceServiceSpec, b) for k, b in self.services.items()}
+
     def snapshot(self) -> Snapshot:
         """As ``Cache.snapshot``: non-terminal pods with a node (bound or assigned) that request
-        an extended resource, plus the replicas behind the admission gate."""
+        an extended resource."""
         pods = [p for p in self.pod_views()
                 if p.requests and p.where is not None and not p.terminal]
-        pods += [p for p in self.pod_views() if ADMISSION_GATE in p.gates and not p.deleting and p.where is None]
         jobs = {}
         for key, sj in self.jobs.items():
             rec = sj.record()
             assumed = None if placement_of(rec.status) else self.assumed.get(key)
             jobs[key] = JobView(rec, rec.status, assumed)
         return Snapshot(pools=dict(self.pools), nodes=dict(self.nodes), pods=pods, jobs=jobs,
-                        services=dict(self.services), storage_classes=self.storage_classes, claims=dict(self.claims))
+                        services=self.service_records(), storage_classes=self.storage_classes,
+                        claims=dict(self.claims))
 
     def bound_gpus(self, node: str, resource: str = GPU, *, foreign_only: bool = False) -> int:
         """What kube-scheduler counts on a node: requests of the non-terminal pods bound there."""
@@ -423,11 +422,21 @@ class SimCluster:
         self.pods[(ns, name)] = SimPod(pod, foreign=True)
         return target
 
-    def add_serving_pod(self, svc_key: Key, name: str) -> None:
-        svc = self.services[svc_key]
-        pool = self.pools[svc.spec.pools[0]]
-        m = serving_manifest(svc, name, pool, created=self.now + next(self._seq) * 1e-3)
-        self.pods[(svc.namespace, name)] = SimPod(pod_from_k8s(m), None, tuple(m["spec"].get("tolerations") or ()))
+    def scale_service(self, svc_key: Key, delta: int) -> None:
+        """A service's autoscaler asks for ``delta`` more (or fewer) replicas. A scale-down
+        removes the highest group at once (its pods deleted, its entry gone), as
+        ``plan_serving`` does for a group that serves nothing; draining is tested apart."""
+        body = self.services[svc_key]
+        st = body["status"]
+        want = max(0, int(st.get("desiredReplicas", 0)) + delta)
+        st["desiredReplicas"] = want
+        groups = sorted(st.get("groups") or [], key=lambda g: g["index"])
+        while len(groups) > want:
+            gone = groups.pop()
+            for k, sp in self.pods.items():
+                if sp.pod.service == svc_key[1] and sp.pod.group == gone["index"]:
+                    self.delete_pod(k)
+        st["groups"] = groups
 
     def taint(self, node: str, key: str, effect: str = "NoSchedule") -> None:
         n = self.nodes[node]
@@ -451,11 +460,25 @@ class SimCluster:
             self.assumed[a.key] = PlacementRecord(a.pool, pl.nodes, pl.level, pl.domain, pl.reason)
             self.waiting.pop(a.key, None)
         self.waiting = {w.key: (w.reason, w.message) for w in plan.wait}
-        for s in plan.serve:
-            sp = self.pods[s.pod]
-            # release_patch: narrow the affinity to the node, record it, lift the gate.
-            sp.pod = replace(sp.pod, gates=(), assigned=s.node)
-            sp.pinned = s.node
+        for g in plan.groups:
+            # the service's reconcile: the group's nodes on record, then its pods, pinned
+            body = self.services[g.key]
+            groups = [x for x in body["status"].get("groups") or [] if x["index"] != g.index]
+            pl = g.placement
+            entry = {"index": g.index, "attempt": 0, "phase": "Starting", "pool": g.pool, "nodes": list(pl.nodes),
+                     "gpusPerPod": g.gpus_per_pod, "level": pl.level, "domain": pl.domain}
+            body["status"]["groups"] = sorted(groups + [entry], key=lambda x: x["index"])
+            rec = record_from_k8s(InferenceServiceSpec, body)
+            view = plan.views[g.pool]
+            shape = group_shape(rec, view)
+            group = groups_of(body["status"])[[x["index"] for x in body["status"]["groups"]].index(g.index)]
+            for w in range(len(pl.nodes)):
+                m = build_group_pod(rec, group=group, worker=w, pods=len(pl.nodes), gpus_per_pod=shape.gpus,
+                                    template_hash="h", levels=view.levels, gpu_resource=view.resource,
+                                    tolerations=view.tolerations)
+                m["metadata"].update(creationTimestamp=iso(self.now), uid=f"pod-{next(_uids)}")
+                self.pods[(g.key[0], m["metadata"]["name"])] = SimPod(
+                    pod_from_k8s(m), pl.nodes[w], tuple(m["spec"].get("tolerations") or ()))
         if self.race is not None and plan.admit:
             what, i = self.race
             self.race = None
@@ -475,10 +498,9 @@ class SimCluster:
         assumed = None if pl else self.assumed.get(key)
         held = pl or assumed
         names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
-        claim = None if rec.spec.checkpoint.existing_claim_name else self.claims.get((key[0], pvc_name(key[1])))
-        claim_wait = None if rec.spec.checkpoint.existing_claim_name or claim == "Bound" else f"claim {claim}"
+        phase = self.claims.get((key[0], pvc_name(key[1])))
         ctx = TrainingContext(
-            claim_wait=claim_wait, now=self.now, pods=pods, nodes={n: self.nodes[n] for n in names if n in self.nodes}, assumed=assumed,
+            claim_wait=claim_wait(rec, (phase, "standard") if phase else None, "Immediate"), now=self.now, pods=pods, nodes={n: self.nodes[n] for n in names if n in self.nodes}, assumed=assumed,
             waiting=self.waiting.get(key), last_wait_write=sj.last_wait_write,
             pool_prices={n: (p.spec.price_per_gpu_hour if p.spec else None) for n, p in self.pools.items()},
             spec_hash=spec_hash(rec),
@@ -497,7 +519,7 @@ class SimCluster:
                 sj.last_wait_write = self.now
         if plan.forget_assumed:
             self.assumed.pop(key, None)
-        if self.crash_pending and (plan.delete_pods or plan.create_ranks):
+        if self.crash_pending and (plan.delete_pods or plan.create_ranks or plan.ungate):
             self.crash_pending = False
             self.crashes += 1
             self.assumed.clear()
@@ -509,6 +531,9 @@ class SimCluster:
             if (key[0], name) not in self.pods:
                 self.fail(f"{key}: asked to delete pod {name} that does not exist")
             self.delete_pod((key[0], name))
+        for name in plan.ungate:
+            sp = self.pods[(key[0], name)]
+            sp.pod = replace(sp.pod, gates=tuple(g for g in sp.pod.gates if g not in OUR_GATES))
         status = sj.status
         placement = placement_of(status)
         if placement is None:
@@ -521,7 +546,8 @@ class SimCluster:
         pool = self.pools.get(placement.pool)
         fresh = sj.record()
         for r in plan.create_ranks:
-            m = worker_manifest(fresh, r, attempt, placement, resource=pool_resource(pool), created=self.now)
+            m = worker_manifest(fresh, r, attempt, placement, resource=pool_resource(pool), created=self.now,
+                                gates=(VOLUME_GATE,) if plan.volume_gate else ())
             name = m["metadata"]["name"]
             if (key[0], name) in self.pods:
                 self.fail(f"{key}: created pod {name} twice")
@@ -610,9 +636,9 @@ class SimCluster:
             self.fail(f"settled with assumed placements in flight: {sorted(self.assumed)}")
         snap = self.snapshot()
         fresh = plan_admission(snap, self.now)  # no memo: every gang placed from scratch
-        if fresh.admit or fresh.serve:
+        if fresh.admit or fresh.groups:
             self.fail(f"(f) settled, yet a round from scratch admits {[(a.key[1], a.placement.nodes) for a in fresh.admit]}"
-                      f" and serves {[s.pod[1] for s in fresh.serve]}: the waiting reasons were "
+                      f" and places groups {[(g.key[1], g.index) for g in fresh.groups]}: the waiting reasons were "
                       f"{ {k[1]: w[0] for k, w in self.waiting.items()} }")
         for res in self.resources():
             led = build_ledger(snap, res)

@@ -12,16 +12,18 @@ from dataclasses import replace
 import pytest
 
 from kubeforge.admission import (
+    AssumedGroup,
     AdmissionMemo, JobView, awaiting_admission, build_ledger, build_ledgers, candidate_pools, first_pool_index, gang_request,
     plan_admission, pool_status, pool_view, queued_since,
 )
 from kubeforge.builders.training import spec_hash
 from kubeforge.lifecycle import TrainingContext, plan_training
 from kubeforge.objects import PlacementRecord, Taint, pod_requests
+from kubeforge.objects._labels import VOLUME_GATE
 
 from simcluster import (
     BLOCK, CLIQUE, GPU, NOW, NS, SPOT, SimCluster, foreign_pod, iso, job_body, mk_job, mk_node, mk_pool,
-    mk_service, placed, serving_pod, snapshot, view, worker_pod,
+    mk_service, placed, snapshot, view, worker_pod,
 )
 
 MIG = "nvidia.com/mig-1g.10gb"
@@ -159,15 +161,18 @@ def test_placement_of_a_finished_job_holds_nothing(phase):
     assert build_ledger(snapshot([mk_pool("p")], nodes(1), jobs=[a]), GPU).per_node == {}
 
 
-def test_foreign_and_serving_pods_hold_their_requests_where_bound_or_assigned():
-    svc = mk_service("chat", gpus=2)
+def test_foreign_pods_and_serving_groups_hold_their_gpus():
+    """A foreign pod holds its request where bound; a serving group holds gpusPerPod on each of
+    its nodes from status.groups (its pods of that attempt are not counted twice)."""
+    group = {"index": 0, "attempt": 1, "phase": "Ready", "pool": "p", "nodes": ["n1"], "gpusPerPod": 2}
+    svc = mk_service("chat", gpus=2, status={"groups": [group]})
     pool = mk_pool("p")
-    released = replace(serving_pod(svc, "chat-1", pool), gates=(), assigned="n1")
-    gated = serving_pod(svc, "chat-2", pool)
-    pods = [foreign_pod("f", "n0", 3), released, gated, foreign_pod("pending", None, 8)]
+    mine = replace(foreign_pod("chat-0-0-1", "n1", 2, ns=NS), service="chat", group=0, attempt=1)
+    old = replace(foreign_pod("chat-0-0-0", "n0", 2, ns=NS), service="chat", group=0, attempt=0, deleting=True)
+    pods = [foreign_pod("f", "n0", 3), mine, old, foreign_pod("pending", None, 8)]
     led = build_ledger(snapshot([pool], nodes(2), pods=pods, services=[svc]), GPU)
-    assert led.per_node == {"n0": 3, "n1": 2}
-    assert led.per_workload == {("Pod", "other", "f"): {"n0": 3}, ("InferenceService", NS, "chat"): {"n1": 2}}
+    assert led.per_node == {"n0": 5, "n1": 2}
+    assert led.per_workload == {("Pod", "other", "f"): {"n0": 3}, ("InferenceService", NS, "chat"): {"n1": 2, "n0": 2}}
 
 
 def test_a_pool_counts_only_its_own_gpu_resource():
@@ -492,7 +497,7 @@ def test_template_tolerations_open_tainted_nodes_to_that_job_only():
     plan = plan_admission(snapshot([mk_pool("p")], ns_, pods=pods, jobs=[plain, tolerant]), NOW)
     assert admitted(plan)["tolerant"].placement.nodes == ("n0",)
     assert waiting(plan)["plain"].reason == "WaitingForCapacity"
-    assert gang_request(tolerant.spec).tolerations[0]["key"] == "dedicated"
+    assert gang_request(tolerant).tolerations[0]["key"] == "dedicated"
 
 
 def test_pool_tolerations_apply_to_every_job():
@@ -522,65 +527,89 @@ def test_template_node_selector_and_affinity_are_honoured(tmpl, expect):
 # ------------------------------------------------------------------------------- serving
 
 
-def test_serving_replicas_go_after_gangs_and_never_on_gpus_a_gang_holds():
+def _svc(name="chat", desired=1, **kw):
+    return mk_service(name, status={"desiredReplicas": desired, **kw.pop("status", {})}, **kw)
+
+
+def test_serving_groups_go_after_gangs_and_never_on_gpus_a_gang_holds():
     pool = mk_pool("p")
-    svc = mk_service("chat", gpus=2)
-    early = serving_pod(svc, "chat-a", pool, created=NOW - 9999)  # waited longer than the gang
+    svc = _svc(gpus=2)
     j = mk_job("j", gpus=8, created=NOW - 1)
     assumed = mk_job("k", gpus=6, created=NOW - 2)
-    snap = snapshot([pool], nodes(2), pods=[early], jobs=[j, view(assumed, PlacementRecord("p", ("n1",)))],
-                    services=[svc])
+    snap = snapshot([pool], nodes(2), jobs=[j, view(assumed, PlacementRecord("p", ("n1",)))], services=[svc])
     plan = plan_admission(snap, NOW)
     assert admitted(plan)["j"].placement.nodes == ("n0",)
-    assert [(s.pod[1], s.node) for s in plan.serve] == [("chat-a", "n1")]  # the 2 GPUs the assumed gang left
+    assert [(g.key[1], g.index, g.placement.nodes) for g in plan.groups] == [("chat", 0, ("n1",))]  # what k left
     assert plan.ledgers[GPU].per_node == {"n0": 8, "n1": 8}
 
 
-def test_serving_replicas_do_not_double_book_each_other():
-    pool = mk_pool("p")
-    svc = mk_service("chat", gpus=3)
-    pods = [serving_pod(svc, f"chat-{i}", pool, created=NOW - 10 + i) for i in range(6)]
-    plan = plan_admission(snapshot([pool], nodes(2), pods=pods, services=[svc]), NOW)
-    per = {}
-    for s in plan.serve:
-        per[s.node] = per.get(s.node, 0) + 3
-    assert per == {"n0": 6, "n1": 6} and len(plan.serve) == 4
-    assert [s.pod[1] for s in plan.serve] == ["chat-0", "chat-1", "chat-2", "chat-3"]  # oldest first
+def test_serving_groups_do_not_double_book_each_other_and_say_why_the_rest_wait():
+    plan = plan_admission(snapshot([mk_pool("p")], nodes(2), services=[_svc(gpus=3, desired=6)]), NOW)
+    per: dict[str, int] = {}
+    for g in plan.groups:
+        for n in g.placement.nodes:
+            per[n] = per.get(n, 0) + g.gpus_per_pod
+    assert per == {"n0": 6, "n1": 6} and [g.index for g in plan.groups] == [0, 1, 2, 3]
+    reason, message = plan.serving_waits[(NS, "chat")]
+    assert reason == "WaitingForCapacity" and "3" in message
 
 
-def test_serving_replica_with_required_topology_needs_the_level_label():
+def test_a_one_pod_replica_with_required_topology_needs_the_level_label():
     ns_ = [mk_node("n0", 8), mk_node("n1", 8, {CLIQUE: "c1"})]
     pool = mk_pool("p", levels=[("nvlink", CLIQUE)])
-    svc = mk_service("big", gpus=4, topology={"mode": "Required", "level": "nvlink"})
-    plan = plan_admission(snapshot([pool], ns_, pods=[serving_pod(svc, "big-0", pool)], services=[svc]), NOW)
-    assert [s.node for s in plan.serve] == ["n1"]
+    svc = _svc("big", gpus=4, topology={"mode": "Required", "level": "nvlink"})
+    assert [g.placement.nodes for g in plan_admission(snapshot([pool], ns_, services=[svc]), NOW).groups] == [("n1",)]
 
 
-def test_serving_replica_of_an_unknown_service_or_pool_waits():
-    pool = mk_pool("p")
-    svc = mk_service("chat")
-    orphan = serving_pod(svc, "chat-0", pool)
-    elsewhere = replace(serving_pod(svc, "chat-1", pool), pool="gone")
-    plan = plan_admission(snapshot([pool], nodes(1), pods=[orphan, elsewhere]), NOW)  # no services
-    assert plan.serve == []
-    plan = plan_admission(snapshot([pool], nodes(1), pods=[orphan, elsewhere], services=[svc]), NOW)
-    assert [s.pod[1] for s in plan.serve] == ["chat-0"]
+def test_a_multi_node_group_takes_whole_nodes_of_one_nvlink_domain():
+    """tensor 8 x pipeline 2 on 8-GPU nodes: 2 pods of 8 GPUs, both in one clique. A clique with
+    one busy node cannot hold a group; a third group waits, saying why."""
+    ns_ = [mk_node(f"n{c}{i}", 8, {CLIQUE: f"c{c}"}) for c in range(3) for i in range(2)]
+    busy = foreign_pod("f", "n20", 1)
+    svc = _svc("llm", desired=3, gpus=None, parallelism={"tensor": 8, "pipeline": 2},
+               topology={"mode": "Required", "level": "nvlink"})
+    plan = plan_admission(snapshot([mk_pool("p")], ns_, pods=[busy], services=[svc]), NOW)
+    placed_ = {g.index: g.placement for g in plan.groups}
+    assert sorted(placed_) == [0, 1]
+    for p in placed_.values():
+        assert p.level == "nvlink" and len(p.nodes) == 2 and len({n[:2] for n in p.nodes}) == 1
+    assert {p.domain for p in placed_.values()} == {"c0", "c1"}  # never c2, where n20 is busy
+    assert all(g.gpus_per_pod == 8 for g in plan.groups)
+    assert plan.serving_waits[(NS, "llm")][0] == "WaitingForCapacity"
 
 
-def test_a_deleting_gated_replica_is_not_placed():
-    pool = mk_pool("p")
-    svc = mk_service("chat")
-    pod = replace(serving_pod(svc, "chat-0", pool), deleting=True)
-    assert plan_admission(snapshot([pool], nodes(1), pods=[pod], services=[svc]), NOW).serve == []
+def test_a_shape_that_does_not_divide_into_nodes_is_reported():
+    svc = _svc("odd", gpus=None, parallelism={"tensor": 4, "pipeline": 3})  # 12 GPUs on 8-GPU nodes
+    plan = plan_admission(snapshot([mk_pool("p")], nodes(2), services=[svc]), NOW)
+    assert plan.groups == [] and "multiple of 8" in plan.serving_waits[(NS, "odd")][1]
+
+
+def test_groups_on_record_and_assumed_count_toward_the_desired_count():
+    held = {"index": 0, "phase": "Ready", "pool": "p", "nodes": ["n0"], "gpusPerPod": 1}
+    released = {"index": 1, "phase": "Starting", "pool": "p", "nodes": [], "gpusPerPod": 1, "restarts": 2}
+    failed = {"index": 2, "phase": "Failed", "pool": "p", "nodes": [], "gpusPerPod": 1}
+    svc = _svc(gpus=1, desired=5, status={"groups": [held, released, failed]})
+    snap = snapshot([mk_pool("p")], nodes(1), services=[svc])
+    object.__setattr__(snap, "assumed_groups", {((NS, "chat"), 3): AssumedGroup(3, PlacementRecord("p", ("n0",)), 1)})
+    plan = plan_admission(snap, NOW)
+    # wanted: the released group 1 first, then one new index (5 - held - released - failed - assumed 3 = 1): 4
+    assert [g.index for g in plan.groups] == [1, 4]
+    assert plan.ledgers[GPU].per_node == {"n0": 4}  # held 1 + assumed 1 + the two placed now
+
+
+def test_nothing_is_placed_for_a_service_being_deleted_or_invalid():
+    gone = replace(_svc("gone"), deleting=True)
+    assert plan_admission(snapshot([mk_pool("p")], nodes(1), services=[gone]), NOW).groups == []
 
 
 # ------------------------------------------------------------------------------- through the lifecycle
 
 
 def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods():
-    """One pass of the runtime: an admitted gang's reconcile writes status.placement (and makes
-    its checkpoint claim); once the claim is bound it creates one pod per rank pinned to
-    placement.nodes[rank]. The ledger holds the same GPUs all along."""
+    """One pass of the runtime: an admitted gang's reconcile writes status.placement, makes its
+    checkpoint claim and, in the same step, one pod per rank pinned to placement.nodes[rank]
+    behind the volume gate; once the claim is bound the gate is lifted. The ledger holds the
+    same GPUs all along."""
     sim = SimCluster(nodes(2), [mk_pool("p")])
     key = sim.add_job(job_body("j", replicas=2, gpus=8, created=NOW - 5))
     plan = sim.admission_round()
@@ -589,13 +618,16 @@ def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods()
     st = sim.jobs[key].status
     assert st["placement"]["nodes"] == list(admitted(plan)["j"].placement.nodes)
     assert st["attempt"] == 0 and key not in sim.assumed
-    assert sim.claims == {(NS, "j-checkpoint"): "Pending"} and sim.job_pods(key) == []
-    assert build_ledger(sim.snapshot(), GPU).per_node == before
-    sim.kubelet()  # the provisioner binds the claim
-    sim.reconcile(key)
+    assert sim.claims == {(NS, "j-checkpoint"): "Pending"}
     pods = sorted(sim.job_pods(key), key=lambda p: p.rank)
-    assert [(p.name, p.assigned, p.attempt) for p in pods] == [
-        ("j-worker-0-0", st["placement"]["nodes"][0], 0), ("j-worker-1-0", st["placement"]["nodes"][1], 0)]
+    assert [(p.name, p.assigned, p.attempt, p.gates) for p in pods] == [
+        ("j-worker-0-0", st["placement"]["nodes"][0], 0, (VOLUME_GATE,)),
+        ("j-worker-1-0", st["placement"]["nodes"][1], 0, (VOLUME_GATE,))]
+    assert build_ledger(sim.snapshot(), GPU).per_node == before
+    sim.kubelet()  # the provisioner binds the claim; gated pods are not bound
+    assert all(p.node is None for p in sim.job_pods(key))
+    sim.reconcile(key)
+    assert all(p.gates == () for p in sim.job_pods(key))
     assert build_ledger(sim.snapshot(), GPU).per_node == before
     sim.settle()
     sim.check_settled()

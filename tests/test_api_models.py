@@ -327,7 +327,8 @@ def test_gpu_pool_defaults() -> None:
 
 def test_inference_service_defaults() -> None:
     spec = InferenceServiceSpec.model_validate({"pools": ["p"], "template": TEMPLATE})
-    assert (spec.gpus_per_replica, spec.port, spec.min_replicas, spec.max_replicas) == (1, 8000, 1, 4)
+    assert (spec.replica_gpus, spec.port, spec.min_replicas, spec.max_replicas) == (1, 8000, 1, 4)
+    assert spec.gpus_per_replica is None and spec.parallelism is None and spec.engine.value == "vllm"
     assert spec.topology.mode is TopologyMode.REQUIRED and spec.topology.level is None
     a = spec.autoscaling
     assert a.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"

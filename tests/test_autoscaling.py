@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubeforge.api import InferenceServiceSpec
-from kubeforge.api._inferenceservice import Autoscaling, ScaleDownRules, ScaleUpRules
+from kubeforge.api._inferenceservice import Autoscaling, LatencySLO, ScaleDownRules, ScaleUpRules
 from kubeforge.autoscaling import (
     MAX_EVENTS,
     MAX_RECOMMENDATIONS,
@@ -23,6 +23,7 @@ from kubeforge.autoscaling import (
     AutoscalerState,
     AutoscalingPolicy,
     Decision,
+    SLOPolicy,
     Sample,
     decide,
     fresh_value,
@@ -99,7 +100,8 @@ CASES = [
     ("capacity-full", {"max_replicas": 10}, 3, 20.0, 3, 3, None, "InsufficientCapacity"),
     ("capacity-below-current", {"max_replicas": 10}, 5, 40.0, 2, 5, None, "InsufficientCapacity"),
     ("capacity-no-effect-down", {"scale_down_stabilization_seconds": 0}, 3, 0.0, 1, 2, "Down", "ScaleDownLimit"),
-    ("capacity-zero-from-zero", {"min_replicas": 0}, 0, 9.0, 0, 0, None, "InsufficientCapacity"),
+    # from zero with demand: one replica is asked for anyway and waits for GPUs (the status says so)
+    ("capacity-zero-from-zero", {"min_replicas": 0}, 0, 9.0, 0, 1, "Up", "InsufficientCapacity"),
 ]
 
 
@@ -335,7 +337,10 @@ def test_fresh_value():
 def test_policy_carries_no_default_of_its_own_but_panic_threshold():
     defaulted = {f.name for f in dataclasses.fields(AutoscalingPolicy)
                  if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    assert defaulted == {"panic_threshold"}  # every other default lives in kubeforge.api
+    # every other default lives in kubeforge.api; slo=None is not a default but "no slo in the
+    # spec" (queue-depth mode), as from_spec of a spec without one gives
+    assert defaulted == {"panic_threshold", "slo"}
+    assert AutoscalingPolicy.from_spec(spec()).slo is None
     with pytest.raises(TypeError):
         AutoscalingPolicy()  # type: ignore[call-arg]
 
@@ -350,6 +355,11 @@ def test_from_spec_reads_every_field():
         scale_to_zero_after_seconds=120.0, scale_up_stabilization_seconds=7.0, scale_up_max_step=3,
         scale_up_period_seconds=11.0, scale_down_stabilization_seconds=77.0, scale_down_max_step=5,
         scale_down_period_seconds=13.0, gpus_per_replica=8, panic_threshold=PANIC_THRESHOLD)
+    s2 = spec(autoscaling={"slo": {"timeToFirstTokenSeconds": 1.5, "interTokenLatencySeconds": 0.08,
+                                   "percentile": 99, "windowSeconds": 30}})
+    assert AutoscalingPolicy.from_spec(s2).slo == SLOPolicy(1.5, 0.08, 99.0, 30.0)
+    assert AutoscalingPolicy.from_spec(spec(autoscaling={"slo": {"timeToFirstTokenSeconds": 2}})).slo == SLOPolicy(
+        2.0, None, LatencySLO.model_fields["percentile"].default, float(LatencySLO.model_fields["window_seconds"].default))
 
 
 def test_from_spec_defaults_are_the_api_models_defaults():
@@ -357,7 +367,7 @@ def test_from_spec_defaults_are_the_api_models_defaults():
     a, up, down = Autoscaling(), ScaleUpRules(), ScaleDownRules()
     fields = InferenceServiceSpec.model_fields
     assert (p.min_replicas, p.max_replicas, p.gpus_per_replica) == (
-        fields["min_replicas"].default, fields["max_replicas"].default, fields["gpus_per_replica"].default)
+        fields["min_replicas"].default, fields["max_replicas"].default, 1)  # replica_gpus: 1 unless parallelism
     assert (p.target_per_replica, p.tolerance, p.activation_threshold, p.scale_to_zero_after_seconds) == (
         a.target_per_replica, a.tolerance, a.activation_threshold, a.scale_to_zero_after_seconds)
     assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (
@@ -432,6 +442,7 @@ def test_default_policy_does_not_flap_between_bursts_minutes_apart():
 @pytest.fixture(scope="module")
 def bench():
     path = Path(__file__).resolve().parents[1] / "e2e" / "bench_autoscaling.py"
+    sys.path.insert(0, str(path.parent))
     mod_spec = importlib.util.spec_from_file_location("bench_autoscaling", path)
     mod = importlib.util.module_from_spec(mod_spec)
     sys.modules["bench_autoscaling"] = mod
@@ -458,16 +469,16 @@ def test_diurnal_fraction_is_one_smooth_day(bench):
 
 
 def test_day_arrivals_tiles_thins_and_is_deterministic(bench):
-    from kubeforge.sim.modelserver import ServiceModel, service_seconds
+    from kubeforge.sim.modelserver import prefill_seconds
 
-    model = ServiceModel()
+    model = bench.MODEL
     trace_rows = [(float(i), 100, 10) for i in range(600)]  # one request a second for 10 minutes
     a = bench.day_arrivals(trace_rows, model, seed=3)
     assert a == bench.day_arrivals(trace_rows, model, seed=3)
     assert a != bench.day_arrivals(trace_rows, model, seed=4)
     times = [r.arrival for r in a]
     assert times == sorted(times) and 0 <= times[0] and times[-1] < 86400
-    assert {r.service for r in a} == {service_seconds(model, 100, 10)}
+    assert {(r.prefill, r.tokens, r.context) for r in a} == {(prefill_seconds(model, 100), 9, 100)}
     mean_fraction = (1 + 0.15) / 2  # the cosine's mean over a day
     assert len(a) == pytest.approx(86400 * mean_fraction, rel=0.02)
     night = sum(1 for t in times if 2.5 * 3600 <= t < 3.5 * 3600)
@@ -483,29 +494,82 @@ def test_superpose_multiplies_the_load_in_its_window(bench):
     assert sum(1 for r in surge if not 20 <= r.arrival < 40) == 80  # outside the window: base only
 
 
+def test_cold_ramp_is_a_steady_stream_of_the_traces_sizes(bench):
+    rows = [(0.0, 100, 5), (1.0, 3000, 50)]
+    a = bench.cold_ramp(rows, 50.0, 200.0, seed=2)
+    assert len(a) == pytest.approx(50 * 200, rel=0.05) and a == bench.cold_ramp(rows, 50.0, 200.0, seed=2)
+    assert {r.context for r in a} == {100, 3000} and 10 <= a[0].arrival and a[-1].arrival < 210
+
+
 def test_bench_uses_the_api_defaults_through_from_spec(bench):
     pol, interval = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0))
     assert pol == AutoscalingPolicy.from_spec(spec(maxReplicas=12, autoscaling={"targetPerReplica": 4}))
     assert interval == Autoscaling().polling_interval_seconds
-    over, _ = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0), {"panic_threshold": 2.0})
+    over, _ = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0), overrides={"panic_threshold": 2.0})
     assert over == replace(pol, panic_threshold=2.0)
+    slo, _ = bench.kubeforge_policy(bench.Bounds(1, 12, 4.0), bench.SLO(2.0, 99))
+    assert slo.slo == SLOPolicy(2.0, None, 99.0, 60.0) and slo.scale_down_stabilization_seconds == 300
+
+
+class Scripted:
+    """A scaler that sets the replicas at given times."""
+
+    def __init__(self, plan, drain):
+        self.plan, self.drain, self.name = plan, drain, "scripted"
+
+    def tick(self, now, current, view):
+        return self.plan.get(now)
 
 
 def test_replay_counts_patches_reversals_and_replica_minutes(bench):
-    class Scripted:
-        name = "scripted"
+    from _bench_replay import replay
 
-        def __init__(self, plan):
-            self.plan = plan  # {time: replicas}
-
-        def tick(self, now, current, seen):
-            return self.plan.get(now)
-
-    b = bench.Bounds(1, 8, 4.0)
-    r = bench.replay(Scripted({10.0: 3, 20.0: 2, 30.0: 4}), [], 40.0, b)
+    r = replay(Scripted({10.0: 3, 20.0: 2, 30.0: 4}, False), [], 40.0, 1, False, bench.MODEL)
     assert (r.patches, r.reversals, r.max_replicas) == (3, 2, 4)  # up, down (reversal), up (reversal)
-    # 1 replica for (0, 10), 3 for [10, 20), 2 for [20, 30), 4 for [30, 40], in 0.5 s steps
+    # 1 replica for (0, 10), 3 for [10, 20) (2 starting), 2 for [20, 30) (a starting one deleted), 4 after
     assert r.replica_seconds == pytest.approx(1 * 9.5 + 3 * 10 + 2 * 10 + 4 * 10.5)
+
+
+def test_drain_finishes_in_flight_requests_where_delete_aborts_them(bench):
+    from kubeforge.sim.modelserver import Request
+
+    from _bench_replay import replay
+
+    long = [Request(1.0 + 0.1 * i, 0.5, 2000, 100, i + 1) for i in range(8)]  # ~100 s of decode each
+    kept = replay(Scripted({5.0: 1}, True), long, 300.0, 4, True, bench.MODEL)
+    cut = replay(Scripted({5.0: 1}, False), long, 300.0, 4, False, bench.MODEL)
+    assert kept.aborted == 0 and len(kept.ttfts) == 8  # the three leave routing, finish, then go
+    assert cut.aborted > 0 and len(cut.ttfts) == 8 - cut.aborted
+    assert kept.replica_seconds > cut.replica_seconds  # draining replicas are paid for until they go
+
+
+def test_targets_are_judged_against_the_same_run(bench):
+    from _bench_replay import Result
+
+    def res(name, ttfts, rep_s, rev, waits, aborted=0):
+        r = Result(name, ttfts=ttfts, arrivals=[0.0] * len(ttfts), waits=waits, requests=len(ttfts) + aborted,
+                   replica_seconds=rep_s, reversals=rev, aborted=aborted)
+        return r
+
+    kf = res("kubeforge SLO", [1.0] * 995 + [9.0] * 5, 600.0, 4, [0.0] * 900 + [1.0] * 100)
+    keda = res("KEDA+HPA defaults", [1.0] * 990 + [9.0] * 10, 1200.0, 10, [0.0] * 900 + [4.0] * 100, aborted=3)
+    llmd = res("llm-d", [1.0] * 996 + [9.0] * 4, 1000.0, 2, [0.0] * 1000)
+    out = {t: (ok, why) for t, ok, why in bench.targets([kf, keda, llmd], 2.0)}
+    assert out["SLO attainment >= 99% of requests"][0] is True
+    ok, why = out["GPU replica-minutes <= 0.8x the cheapest baseline at the same attainment"]
+    assert ok is True and "llm-d 17" in why  # llm-d reaches 99.6% >= 99.5%; KEDA does not count
+    assert out["queue wait p95 <= 0.5x KEDA+HPA's"][0] is True
+    assert out["reversals <= 0.8x KEDA+HPA's"][0] is True
+    assert out["0 requests aborted on scale-down"][0] is True
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    from _bench_replay import histogram_quantile
+
+    assert histogram_quantile(0.5, (1.0, 2.0), [2, 2, 0]) == pytest.approx(1.0)
+    assert histogram_quantile(0.75, (1.0, 2.0), [2, 2, 0]) == pytest.approx(1.5)
+    assert histogram_quantile(0.99, (1.0, 2.0), [0, 1, 5]) == 2.0  # in +Inf: the highest bound
+    assert histogram_quantile(0.9, (1.0,), [0, 0]) is None
 
 
 # --- properties -----------------------------------------------------------------------------
@@ -542,7 +606,8 @@ def test_properties(pol, start, plan):
         assert d.desired <= hi, d.reason
         assert d.desired >= lo or d.limited_condition_reason == "InsufficientCapacity", d.reason
         if placeable is not None:
-            assert d.desired <= max(current, placeable), d.reason
+            # never more than the pool places, except one replica asked for from zero, which waits
+            assert d.desired <= max(current, placeable, 1 if current == 0 else 0), d.reason
             if d.desired < current:  # a scale-down is never caused by the cap
                 assert d.limited_condition_reason != "InsufficientCapacity"
         if not d.scaling_active:
@@ -550,7 +615,8 @@ def test_properties(pol, start, plan):
                 assert d.desired > 0  # missing data never scales to zero
             held = min(max(current, lo), hi)
             if placeable is not None and held > current:
-                held = max(current, min(held, placeable))
+                # capped at what the pool places, but one replica asked for from zero waits
+                held = max(current, min(held, placeable), 1 if current == 0 else 0)
             assert d.desired == held
         assert d.direction == ("Up" if d.desired > current else "Down" if d.desired < current else None)
         assert d.limited == (d.limited_reason is not None)
@@ -577,3 +643,23 @@ def test_decision_state_unchanged_input():
     decide(policy(), s, 1, 5.0, T0)
     assert s == AutoscalerState()
     assert replace(s) is not None
+
+
+def test_requests_still_running_keep_a_service_from_scaling_to_zero():
+    """Found running the demo: an empty queue with busy replicas counted as idle, the service
+    went to zero under its running requests and the next ones met a cold start."""
+    from kubeforge.autoscaling import Signals
+
+    pol = mech(min_replicas=0, scale_to_zero_after_seconds=10.0)
+    busy = Signals(time=T0, waiting=0.0, held=0.0, running=6.0, queue=0.0)
+    idle = Signals(time=T0, waiting=0.0, held=0.0, running=0.0, queue=0.0)
+    st = warm_state(2)
+    for t in range(0, 40, 5):
+        d = decide(pol, st, 2, busy, T0 + t, None)
+        st = d.state
+        assert d.desired > 0, d.reason
+    now = T0 + 40
+    for t in range(0, 16, 5):
+        d = decide(pol, st, max(d.desired, 1), idle, now + t, None)
+        st = d.state
+    assert d.desired == 0, d.reason

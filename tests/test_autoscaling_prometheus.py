@@ -13,14 +13,19 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
+from kubeforge.autoscaling import Signals
+from kubeforge.autoscaling._promql import SIGNAL_EXPRESSIONS
 from kubeforge.autoscaling.prometheus import (
     DEFAULT_QUERIES,
     QueryResult,
     parse_query_response,
+    parse_signals_response,
     query_scalar,
     query_scalar_sync,
+    read_signals,
     render_query,
     resolve_query,
+    signals_query,
 )
 
 
@@ -61,7 +66,13 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path.rstrip("/").endswith("/api/v1/query") is False:
             status, body, delay = 404, "404 page not found", 0
         else:
-            status, body, delay = CANNED.get(params.get("query", ""), (200, vector("0"), 0))
+            query = params.get("query", "")
+            if "kubeforge_signal" in query:
+                status, body, delay = 200, {"status": "success", "data": {"resultType": "vector", "result": [
+                    {"metric": {"kubeforge_signal": k}, "value": [1_700_000_000.0, v]}
+                    for k, v in {"waiting": "3", "held": "2", "ttft": "0.8"}.items()]}}, 0
+            else:
+                status, body, delay = CANNED.get(query, (200, vector("0"), 0))
         if delay:
             time.sleep(delay)
         raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -198,8 +209,13 @@ def test_invalid_url_is_an_error():
 
 
 def test_render_query_fills_only_the_placeholders():
-    q = render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "llama")
-    assert q == 'sum(vllm:num_requests_waiting{namespace="ml",service="llama"})'
+    q = render_query(DEFAULT_QUERIES["SGLangQueue"], "ml", "llama")
+    assert q == 'sum(sglang:num_queue_reqs{namespace="ml",service="llama"})'
+    # vLLM's waiting plus the activator's held requests (issue 14: a service at zero replicas
+    # has no vLLM series left, so the queue it must come back for is the activator's)
+    v = render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "llama")
+    assert 'sum(vllm:num_requests_waiting{namespace="ml",service="llama"})' in v
+    assert 'sum(kubeforge_activator_queue_length{namespace="ml",service="llama"})' in v
     assert render_query('sum(x{a="{service}"}) by (pod)', "n", 'we"ird') == 'sum(x{a="we\\"ird"}) by (pod)'
 
 
@@ -216,3 +232,131 @@ def test_parse_never_raises_on_junk():
                          (500, "")]:
         r = parse_query_response(status, body)
         assert r.value is None and r.error
+
+
+# --- read_signals: one query for everything a decision needs -------------------------------
+
+
+def signals_vector(**values):
+    return {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"kubeforge_signal": k}, "value": [1_700_000_000.0, v]} for k, v in values.items()]}}
+
+
+def test_signals_query_asks_for_every_signal_once_for_the_service():
+    q = signals_query("ml", 'we"ird', percentile=99, window_seconds=30)
+    for name in SIGNAL_EXPRESSIONS:
+        assert f'"kubeforge_signal", "{name}", "", ""' in q
+    assert q.count(" or label_replace(") == len(SIGNAL_EXPRESSIONS) - 1
+    assert 'service="we\\"ird"' in q and "[30s]" in q and "histogram_quantile(0.99," in q
+    for metric in ("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                   "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                   "kubeforge_activator_queue_length", "vllm:time_to_first_token_seconds_count"):
+        assert metric in q
+
+
+def test_parse_signals_reads_each_series_and_names_what_is_missing():
+    body = json.dumps(signals_vector(waiting="3", running="12", replicas="2", kv_cache_usage="0.5",
+                                     admission_rate="4.5", service_seconds="2.5", ttft="NaN", itl="0.04",
+                                     saturated_running="+Inf"))
+    s = parse_signals_response(200, body, 90, 60)
+    assert (s.waiting, s.running, s.replicas, s.admission_rate, s.service_seconds, s.itl) == (3, 12, 2, 4.5, 2.5, 0.04)
+    assert s.time == 1_700_000_000.0 and s.queued == 3.0  # no activator series: 0 held
+    assert s.ttft is None and s.error("ttft") == "no requests in the window"
+    assert s.error("held") == "no series" and s.error("saturated_running") == "infinite"
+    assert s.error("waiting") is None
+    assert "held" in s.absent and not {"waiting", "ttft", "saturated_running"} & set(s.absent)  # typed: answered, no series
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, '{"status": "error", "errorType": "internal-secret-token-abc123", "error": "token abc123"}'),
+    (500, "root:x:0:0:root:/root:/bin/bash"),
+    (401, '{"access_token": "abc123"}'),
+    (200, '{"status": "success", "data": {"resultType": "matrix", "result": []}}'),
+])
+def test_parse_signals_never_copies_the_body(status, body):
+    s = parse_signals_response(status, body)
+    assert s.waiting is None and len(s.errors) == len(SIGNAL_EXPRESSIONS)
+    for _, err in s.errors:
+        assert "abc123" not in err and "root:" not in err and "token" not in err, err
+
+
+def aread(base_url: str, service: str = "chat", **kw) -> Signals:
+    async def go():
+        async with httpx.AsyncClient() as client:
+            return await read_signals(client, base_url, "ml", service, **kw)
+
+    return asyncio.run(go())
+
+
+def test_read_signals_one_query_and_the_queue(prom):
+    _Handler.seen.clear()
+    s = aread(prom, percentile=95, window_seconds=30)
+    assert len(_Handler.seen) == 1 and "kubeforge_signal" in _Handler.seen[0]["query"]
+    assert (s.waiting, s.held, s.queue, s.ttft) == (3.0, 2.0, 5.0, 0.8)  # queue = waiting + held
+    _Handler.seen.clear()
+    s2 = aread(prom, queue_query="one")
+    assert len(_Handler.seen) == 2 and s2.queue == 7.0  # the named/custom metric, apart
+
+
+def test_read_signals_failures_are_per_signal_errors(prom, refused_url):
+    s = aread(refused_url)
+    assert s.queue is None and s.error("waiting") == "connection failed" and s.error("queue") == "connection failed"
+    s2 = aread(prom, queue_query="empty")
+    assert s2.queue is None and s2.error("queue") == "empty result" and s2.waiting == 3.0
+
+
+def test_queries_against_a_real_prometheus_and_the_simulator():
+    """The PromQL itself (label_replace/or, rates, histogram_quantile, the activator's series)
+    answered by Debian's Prometheus scraping the model-server simulator and an activator stand-in."""
+    from kubeforge.sim.modelserver import ModelServerSim, ServiceModel, make_request
+    from kubeforge.sim.prometheus import Prometheus, find_prometheus
+
+    if find_prometheus() is None:
+        pytest.skip("no prometheus binary (make system-deps installs Debian's)")
+
+    class Activator(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b'kubeforge_activator_queue_length{namespace="ml",service="idle"} 4\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    act = ThreadingHTTPServer(("127.0.0.1", 0), Activator)
+    threading.Thread(target=act.serve_forever, daemon=True).start()
+    m = ServiceModel(slots=4, base_seconds=0.2, prefill_tokens_per_second=20000, seconds_per_output_token=0.02,
+                     itl_growth=0.1, kv_cache_tokens=20000)
+    routes = {"chat": (["chat-0", "chat-1"], ["chat-0", "chat-1"]), "idle": ([], [])}
+    sim = ModelServerSim(endpoints=lambda ns, n: routes[n], poll_seconds=0.1, tick_seconds=0.05).start()
+    try:
+        sim.add_service("ml", "chat", m)
+        sim.add_service("ml", "idle", m)
+        t0 = sim.clock()
+        sim.replay("ml", "chat", [make_request(m, t0 + i * 0.05, 2000, 30) for i in range(2000)])
+        with Prometheus([sim.target, f"127.0.0.1:{act.server_address[1]}"]) as prom:
+            deadline = time.monotonic() + 60
+            while True:
+                s = aread(prom.url, percentile=90, window_seconds=10)
+                if s.ttft is not None and s.itl is not None and s.saturated_running is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            assert s.replicas == 2 and s.running == 8 and s.saturated_running == 4, s  # 2 replicas x 4 slots, queueing
+            assert s.waiting > 0 and s.queue == s.waiting and s.error("held") == "no series"
+            assert 0 < s.kv_cache_usage <= 1 and s.admission_rate > 0 and s.service_seconds > 0.2
+            assert s.admission_rate_recent > 0 and 0 < s.running_mean <= 8
+            assert s.ttft > 0.2 and 0.02 <= s.itl < 0.1 and s.prefill > 0
+            idle = aread(prom.url, "idle")
+            assert (idle.held, idle.queue, idle.running) == (4.0, 4.0, None)  # at zero: the activator's queue
+            with httpx.Client() as c:
+                q = query_scalar_sync(c, prom.url, render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "idle"))
+                assert q.value == 4.0
+                q = query_scalar_sync(c, prom.url, render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "chat"))
+                assert q.value is not None and q.value > 0
+                none = query_scalar_sync(c, prom.url, render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "nosuch"))
+                assert none.error == "empty result"  # neither series: hold, never read as 0
+    finally:
+        sim.stop()
+        act.shutdown()

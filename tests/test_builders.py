@@ -1,4 +1,4 @@
-"""Tests of the pure manifest builders (kubeforge.builders.training, .inference, .common).
+"""Tests of the pure manifest builders (kubeforge.builders.training, .serving, .common).
 
 Records are built from dicts the way the operator builds them (``record_from_k8s``: the spec
 parsed once, the API defaults applied there).
@@ -16,15 +16,15 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
 from kubeforge.builders.common import (
     conditions_equal, get_condition, owner_reference, parse_time, rfc3339, set_condition,
 )
-from kubeforge.builders.inference import (
-    build_deployment, build_pod_template, build_service, release_patch, template_hash,
+from kubeforge.builders.serving import (
+    build_endpoint_slice, build_group_pod, build_service, hostname, leader_address, serving_hash, slice_name,
 )
 from kubeforge.builders.training import (
     MASTER_PORT, WORKERS_SERVICE, build_pvc, build_worker_pod, build_workers_service, checkpoint_claim,
     master_address, pod_name, pvc_name, worker_hostname,
 )
 from kubeforge.objects import (
-    ADMISSION_GATE, ASSIGNED_NODE, JOB_NAME, MANAGED_BY, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL,
+    ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, WORKER_INDEX, GroupRecord, MANAGED_BY, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL,
     SERVICE_NAME, TEMPLATE_HASH, PlacementRecord, pod_from_k8s, record_from_k8s,
 )
 from kubeforge.placement import TopologyLevel
@@ -374,7 +374,11 @@ def test_workers_service_is_headless_per_namespace_and_selects_every_worker():
     for rec in (job(), record(job_body(replicas=2) | {"metadata": {"name": "other", "namespace": NS, "generation": 1}})):
         labels = worker(rec, rank=1)["metadata"]["labels"]
         assert s["spec"]["selector"].items() <= labels.items()
-    assert not s["spec"]["selector"].items() <= serving_template()["metadata"]["labels"].items()
+    # a one-pod serving replica does not; a multi-node group's pods do (LWS_LEADER_ADDRESS resolves through it)
+    one = GroupRecord(index=0, pool="h100", nodes=("n0",), gpus_per_pod=2)
+    assert not s["spec"]["selector"].items() <= group_pod(svc_record(), 0, group=one, pods=1)["metadata"]["labels"].items()
+    multi = svc_record(gpus=None, parallelism={"tensor": 8, "pipeline": 2})
+    assert s["spec"]["selector"].items() <= group_pod(multi, 1)["metadata"]["labels"].items()
 
 
 @pytest.mark.parametrize("policy, owned", [("Retain", False), ("Delete", True), (None, False)])
@@ -494,189 +498,112 @@ def test_conditions_equal_ignores_only_the_transition_time(change, equal):
 # --------------------------------------------------------------------------- serving
 
 
-def svc_record(gpus=2, port=8000, containers=None, template_extra=None, name="chat"):
-    tspec = {"containers": containers or [{"name": "vllm", "image": "vllm/vllm-openai:v0.6"}], **(template_extra or {})}
+def svc_record(gpus=2, port=8000, containers=None, template_extra=None, name="chat", **spec_extra):
+    tspec = {"containers": containers or [{"name": "vllm", "image": "vllm/vllm-openai:v0.6",
+                                           "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B"]}],
+             **(template_extra or {})}
+    spec = {"pools": ["h100"], "port": port, "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tspec},
+            **spec_extra}
+    if gpus is not None:
+        spec["gpusPerReplica"] = gpus
     body = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": "ml", "uid": "u1", "generation": 1},
-            "spec": {"pools": ["h100"], "gpusPerReplica": gpus, "port": port,
-                     "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tspec}}}
+            "metadata": {"name": name, "namespace": "ml", "uid": "u1", "generation": 1}, "spec": spec}
     body["metadata"]["uid"] = "u-" + hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:10]
     rec = record_from_k8s(InferenceServiceSpec, body)
     assert rec.spec is not None, rec.spec_error
     return rec
 
 
-def serving_template(rec=None, **kw):
-    kw.setdefault("node_selector", {"matchLabels": {"pool": "h100"}})
-    kw.setdefault("pool", "h100")
-    return build_pod_template(rec or svc_record(), **kw)
+GROUP = GroupRecord(index=3, attempt=2, pool="h100", nodes=("n0", "n1"), gpus_per_pod=8, level="nvlink", domain="nvl-a")
 
 
-def test_pod_template_gpus_port_gate_labels_and_tolerations():
-    containers = [{"name": "log", "image": "busybox"}, {"name": "vllm", "image": "v", "ports": [{"containerPort": 8000}]}]
-    t = serving_template(svc_record(gpus=4, containers=containers, template_extra={"tolerations": [{"key": "a"}]}),
-                         gpu_resource="amd.com/gpu", tolerations=[{"key": "pool", "operator": "Exists"}])
-    spec = t["spec"]
-    vllm = next(c for c in spec["containers"] if c["name"] == "vllm")
-    assert vllm["resources"] == {"limits": {"amd.com/gpu": "4"}, "requests": {"amd.com/gpu": "4"}}
-    assert vllm["ports"] == [{"containerPort": 8000}]  # the serving port is there already: not added twice
-    assert "resources" not in next(c for c in spec["containers"] if c["name"] == "log")
-    assert spec["schedulingGates"] == [{"name": ADMISSION_GATE}]
-    assert spec["tolerations"] == [{"key": "a"}, {"key": "pool", "operator": "Exists"}]
-    assert t["metadata"]["labels"] == {"app": "chat", MANAGED_BY: "kubeforge", SERVICE_NAME: "chat", POOL_LABEL: "h100"}
-    t = serving_template(svc_record(port=9000))
-    assert next(c for c in t["spec"]["containers"] if c["name"] == "vllm")["ports"] == [
-        {"name": "http", "containerPort": 9000}]
+def group_pod(rec, worker, **kw):
+    kw.setdefault("pods", 2)
+    kw.setdefault("gpus_per_pod", 8)
+    return build_group_pod(rec, group=kw.pop("group", GROUP), worker=worker, template_hash="h1", levels=LEVELS,
+                           tolerations=[{"key": "gpu", "operator": "Exists"}], **kw)
 
 
-def test_pod_template_ands_the_pool_selector_into_every_term():
-    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}]}]}}}
-    sel = {"matchLabels": {"pool": "h100"}, "matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
-    t = serving_template(svc_record(template_extra={"affinity": own}), node_selector=sel, level_label=CLIQUE)
-    ours = [{"key": "pool", "operator": "In", "values": ["h100"]}, {"key": "gpu", "operator": "Exists"},
-            {"key": CLIQUE, "operator": "Exists"}]
-    terms = t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}] + ours},
-        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}], "matchExpressions": ours},
-    ]
-    # no selector and no level: the template's affinity is left as it was
-    t = build_pod_template(svc_record(template_extra={"affinity": own}))
-    assert t["spec"]["affinity"] == own
+def test_group_pods_are_pinned_named_labelled_and_get_the_lws_environment():
+    rec = svc_record(gpus=None, parallelism={"tensor": 8, "pipeline": 2})
+    for w in (0, 1):
+        p = group_pod(rec, w)
+        md, spec = p["metadata"], p["spec"]
+        assert md["name"] == f"chat-3-{w}-2"
+        assert md["labels"][SERVICE_NAME] == "chat" and md["labels"][GROUP_INDEX] == "3"
+        assert md["labels"][WORKER_INDEX] == str(w) and md["labels"][RESTART_ATTEMPT] == "2"
+        assert md["labels"][ROLE_LABEL] == "worker"  # in the namespace's headless Service (DNS)
+        assert md["annotations"][ASSIGNED_NODE] == GROUP.nodes[w] and md["annotations"][TEMPLATE_HASH] == "h1"
+        assert md["ownerReferences"][0]["kind"] == "InferenceService"
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert all({"key": "metadata.name", "operator": "In", "values": [GROUP.nodes[w]]} in t["matchFields"] for t in terms)
+        main = spec["containers"][0]
+        env = {e["name"]: e["value"] for e in main["env"]}
+        assert env == {"LWS_LEADER_ADDRESS": "chat-3.kubeforge-workers.ml", "LWS_GROUP_SIZE": "2",
+                       "LWS_WORKER_INDEX": str(w), "KUBEFORGE_GROUP_INDEX": "3"}
+        assert main["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert spec["hostname"] == ("chat-3" if w == 0 else "chat-3-1") and spec["subdomain"] == WORKERS_SERVICE
+        assert {"key": "gpu", "operator": "Exists"} in spec["tolerations"]
 
 
-def test_deployment_carries_the_template_and_its_hash():
+def test_vllm_leader_starts_ray_and_serves_with_the_parallel_flags_and_workers_join_it():
+    rec = svc_record(gpus=None, parallelism={"tensor": 8, "pipeline": 2})
+    lead = group_pod(rec, 0)["spec"]["containers"][0]
+    assert lead["command"] == ["/bin/sh", "-c"]
+    script = lead["args"][0]
+    assert script.startswith("ray start --head --port=6379 && ")
+    assert "-ge 2 ]" in script  # waits for the group's 2 ray nodes
+    assert script.endswith("exec vllm serve meta-llama/Llama-3.1-405B --tensor-parallel-size 8 "
+                           "--pipeline-parallel-size 2 --distributed-executor-backend ray")
+    assert any(p.get("containerPort") == 8000 for p in lead["ports"])
+    worker = group_pod(rec, 1)["spec"]["containers"][0]
+    assert worker["args"] == ["exec ray start --address=chat-3.kubeforge-workers.ml:6379 --block"]
+
+
+def test_sglang_pods_all_run_the_server_with_their_rank():
+    rec = svc_record(gpus=None, parallelism={"tensor": 8, "pipeline": 2}, engine="sglang",
+                     containers=[{"name": "sglang", "image": "lmsysorg/sglang:v0.4",
+                                  "command": ["python3", "-m", "sglang.launch_server", "--model-path", "m"]}])
+    for w in (0, 1):
+        args = group_pod(rec, w)["spec"]["containers"][0]["args"][0]
+        assert f"--node-rank {w}" in args and "--nnodes 2" in args and "--tp-size 8" in args
+        assert "--dist-init-addr chat-3.kubeforge-workers.ml:5000" in args
+
+
+def test_a_one_pod_replica_keeps_its_command_and_has_no_hostname():
+    rec = svc_record(gpus=2)
+    one = GroupRecord(index=0, pool="h100", nodes=("n0",), gpus_per_pod=2)
+    spec = group_pod(rec, 0, group=one, pods=1, gpus_per_pod=2)["spec"]
+    assert spec["containers"][0]["command"] == ["vllm", "serve", "meta-llama/Llama-3.1-405B"]
+    assert "hostname" not in spec and "subdomain" not in spec
+
+
+def test_long_service_names_get_valid_hostnames():
+    name = "a" * 63
+    for w in (0, 5):
+        h = hostname(name, 12, w)
+        assert len(h) <= 63 and h.endswith(f"-12" if w == 0 else "-12-5")
+    assert leader_address(name, 12, "ns").startswith(hostname(name, 12, 0) + ".")
+
+
+def test_serving_hash_moves_with_what_the_pods_are_made_of():
+    a, b = svc_record(gpus=2), svc_record(gpus=4)
+    assert serving_hash(a) != serving_hash(b) and serving_hash(a) == serving_hash(svc_record(gpus=2))
+
+
+def test_the_service_has_no_selector_and_the_slice_lists_ready_leaders_or_the_activator():
     rec = svc_record()
-    t = serving_template(rec)
-    dep = build_deployment(rec, replicas=3, template=t)
-    assert dep["apiVersion"] == "apps/v1" and dep["kind"] == "Deployment"
-    assert dep["metadata"]["name"] == "chat" and dep["metadata"]["namespace"] == "ml"
-    assert dep["metadata"]["ownerReferences"] == [owner(rec, "InferenceService", "chat")]
-    assert dep["metadata"]["annotations"] == {TEMPLATE_HASH: template_hash(t)}
-    assert dep["spec"]["replicas"] == 3
-    assert dep["spec"]["template"] == t and dep["spec"]["template"] is not t
-    assert dep["spec"]["selector"]["matchLabels"].items() <= t["metadata"]["labels"].items()
-    assert dep["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0  # an update never needs spare GPUs
-    # replicas are the autoscaler's: they never change the hash
-    assert build_deployment(rec, replicas=0, template=t)["metadata"]["annotations"] == dep["metadata"]["annotations"]
-
-
-@pytest.mark.parametrize(
-    "rec_kw, template_kw, changes",
-    [
-        ({}, {}, False),
-        ({"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.7"}]}, {}, True),
-        ({"gpus": 4}, {}, True),
-        ({"port": 9000}, {}, True),
-        ({}, {"pool": "h200"}, True),
-        ({}, {"tolerations": [{"key": "spot", "operator": "Exists"}]}, True),
-        ({}, {"node_selector": {"matchLabels": {"pool": "other"}}}, True),
-        ({"name": "chat"}, {}, False),
-    ],
-)
-def test_template_hash_changes_when_the_template_changes(rec_kw, template_kw, changes):
-    base = template_hash(serving_template())
-    assert (template_hash(serving_template(svc_record(**rec_kw), **template_kw)) != base) == changes
-
-
-def test_template_hash_is_stable_and_order_free():
-    assert template_hash({"a": 1, "b": {"c": [1, 2]}}) == template_hash({"b": {"c": [1, 2]}, "a": 1})
-    assert template_hash({"a": [1, 2]}) != template_hash({"a": [2, 1]})
-    assert len(template_hash({})) == 16
-
-
-def test_serving_service():
-    rec = svc_record(port=8080)
-    s = build_service(rec)
-    assert s["metadata"]["name"] == "chat" and s["metadata"]["namespace"] == "ml"
-    assert s["metadata"]["ownerReferences"] == [owner(rec, "InferenceService", "chat")]
-    assert s["spec"]["selector"] == {SERVICE_NAME: "chat"}
-    assert s["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": 8080}]
-
-
-# --------------------------------------------------------------------------- release_patch
-
-
-BASE = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-FIELD = {"key": "metadata.name", "operator": "In", "values": ["node-7"]}
-
-
-@pytest.mark.parametrize(
-    "affinity, first_ops",
-    [
-        (None, [{"op": "add", "path": "/spec/affinity",
-                 "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                     "nodeSelectorTerms": [{"matchFields": [FIELD]}]}}}}]),
-        ({"podAffinity": {}}, [{"op": "add", "path": "/spec/affinity/nodeAffinity",
-                                "value": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                                    "nodeSelectorTerms": [{"matchFields": [FIELD]}]}}}]),
-        ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
-         [{"op": "add", "path": BASE, "value": {"nodeSelectorTerms": [{"matchFields": [FIELD]}]}}]),
-        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]},
-            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}]}}},
-         [{"op": "add", "path": f"{BASE}/nodeSelectorTerms/0/matchFields", "value": [FIELD]},
-          {"op": "add", "path": f"{BASE}/nodeSelectorTerms/1/matchFields/-", "value": FIELD}]),
-    ],
-)
-@pytest.mark.parametrize("annotated", [False, True])
-def test_release_patch_shapes(affinity, first_ops, annotated):
-    ops = release_patch(affinity, annotated, "node-7")
-    assert ops[:len(first_ops)] == first_ops
-    rest = ops[len(first_ops):]
-    if annotated:
-        assert rest[0] == {"op": "add", "path": "/metadata/annotations/kubeforge.io~1assigned-node", "value": "node-7"}
-    else:
-        assert rest[0] == {"op": "add", "path": "/metadata/annotations", "value": {ASSIGNED_NODE: "node-7"}}
-    assert rest[1:] == [{"op": "remove", "path": "/spec/schedulingGates"}]
-
-
-def _apply(doc, ops):
-    """A small RFC 6902 add/remove: a parent that does not exist is an error, as on the API server."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        parent = doc
-        for p in parts[:-1]:
-            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        last = parts[-1]
-        if op["op"] == "add":
-            if isinstance(parent, list):
-                parent.append(copy.deepcopy(op["value"])) if last == "-" else parent.insert(int(last), op["value"])
-            else:
-                parent[last] = copy.deepcopy(op["value"])
-        else:
-            del parent[int(last) if isinstance(parent, list) else last]
-    return doc
-
-
-@pytest.mark.parametrize("own_affinity", [None, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                          {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}]}}}])
-def test_released_replica_is_pinned_in_every_term_and_ungated(own_affinity):
-    extra = {"affinity": own_affinity} if own_affinity else {}
-    t = serving_template(svc_record(template_extra=extra))
-    pod = {"metadata": {"name": "chat-1", **copy.deepcopy(t["metadata"])}, "spec": copy.deepcopy(t["spec"])}
-    seen = pod_from_k8s(pod)
-    assert seen.gated and seen.affinity == t["spec"]["affinity"]
-    out = _apply(pod, release_patch(seen.affinity, seen.annotated, "node-7"))
-    terms = out["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert len(terms) == (2 if own_affinity else 1)
-    assert all(FIELD in t_["matchFields"] for t_ in terms)
-    assert "schedulingGates" not in out["spec"]
-    after = pod_from_k8s(out)
-    assert after.assigned == "node-7" and not after.gated and after.where == "node-7"
-    # the patch only narrows: the pool's expressions are all still there
-    for before, now in zip(t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"], terms):
-        assert now.get("matchExpressions") == before.get("matchExpressions")
-
-
-def test_release_patch_without_any_affinity_on_a_bare_pod():
-    out = _apply({"metadata": {}, "spec": {"schedulingGates": [{"name": ADMISSION_GATE}]}},
-                 release_patch(None, False, "n1"))
-    assert out["metadata"]["annotations"] == {ASSIGNED_NODE: "n1"}
-    assert out["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+    svc = build_service(rec)
+    assert "selector" not in svc["spec"] and svc["spec"]["ports"][0]["name"] == "http"
+    sl = build_endpoint_slice(rec, leaders=[("chat-0-0-0", "10.0.0.5", "n0")], activator=["10.9.0.1"], activator_port=8012)
+    assert sl["metadata"]["name"] == slice_name("chat") == "kubeforge-chat"
+    assert sl["metadata"]["labels"]["kubernetes.io/service-name"] == "chat"
+    assert sl["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "kubeforge.io"
+    assert sl["metadata"]["labels"]["kubeforge.io/endpoints"] == "replicas"
+    assert sl["endpoints"][0]["addresses"] == ["10.0.0.5"] and sl["ports"] == [{"name": "http", "port": 8000, "protocol": "TCP"}]
+    zero = build_endpoint_slice(rec, activator=["10.9.0.1"], activator_port=8012)
+    assert zero["metadata"]["labels"]["kubeforge.io/endpoints"] == "activator" and zero["ports"][0]["port"] == 8012
+    assert zero["metadata"]["annotations"] == {"kubeforge.io/activation-hold-seconds": "300",
+                                               "kubeforge.io/activation-queue-limit": "1000"}
+    none = build_endpoint_slice(rec)
+    assert none["endpoints"] == [] and none["metadata"]["labels"]["kubeforge.io/endpoints"] == "replicas"

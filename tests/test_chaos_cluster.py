@@ -553,8 +553,8 @@ def test_prometheus_nan_empty_and_many_series_hold_replicas(cluster, namespace, 
     }
 
     def replicas(name: str) -> int | None:
-        d = kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-        return None if d is None else d["spec"].get("replicas")
+        d = kube.get(f"/apis/kubeforge.io/v1alpha1/namespaces/{namespace}/inferenceservices/{name}")
+        return None if d is None else (d.get("status") or {}).get("desiredReplicas")
 
     try:
         def many_series():

@@ -40,9 +40,10 @@ def render(helm: str, *args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def one(docs: list[dict], kind: str) -> dict:
-    found = [d for d in docs if d["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+def one(docs: list[dict], kind: str, component: str = "operator") -> dict:
+    """The one object of ``kind`` of the operator (or of the activator: ``component``)."""
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+    assert len(found) == 1, f"expected one {component} {kind}, got {[d['metadata']['name'] for d in found]}"
     return found[0]
 
 
@@ -79,7 +80,10 @@ def test_lint_with_every_option(helm):
 def test_renders_expected_objects(docs):
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
-                            "Role", "RoleBinding", "PodDisruptionBudget"])
+                            "Role", "RoleBinding", "PodDisruptionBudget"]
+                           # the activator (activator.enabled, the default)
+                           + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+                              "PodDisruptionBudget"])
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -103,12 +107,13 @@ def test_clusterrole_is_least_privilege(docs):
         assert verbs("kubeforge.io", plural) == {"get", "list", "watch"}  # never writes spec (GitOps)
         assert verbs("kubeforge.io", f"{plural}/status") == {"patch"}
     assert verbs("", "pods") == {"get", "list", "watch", "create", "delete", "patch"}
-    assert verbs("", "services") == {"get", "list", "watch", "create", "delete"}
+    assert verbs("", "services") == {"get", "list", "watch", "create", "patch", "delete"}
+    assert verbs("discovery.k8s.io", "endpointslices") == {"get", "list", "create", "patch"}
     assert verbs("", "persistentvolumeclaims") == {"get", "list", "watch", "create", "delete"}
-    assert verbs("apps", "deployments") == {"get", "list", "watch", "create", "patch", "delete"}
-    assert verbs("apps", "deployments/scale") == {"patch"}  # the autoscaler scales through it
+    assert verbs("apps", "deployments") == {"get", "list", "watch", "delete"}  # 0.1's, deleted once
+    assert verbs("apps", "deployments/scale") == set()  # replica groups, not a Deployment, are scaled
     assert verbs("", "nodes") == {"get", "list", "watch"}
-    assert verbs("", "namespaces") == {"list", "watch"}
+    assert verbs("", "namespaces") == {"get", "list", "watch"}
     assert verbs("", "events") == {"create", "patch"}
     assert verbs("events.k8s.io", "events") == {"create", "patch"}
     assert verbs("apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}
@@ -125,6 +130,7 @@ def test_rbac_and_serviceaccount_can_be_turned_off(helm):
     docs = render(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops")
     assert {d["kind"] for d in docs} == {"Service", "Deployment", "PodDisruptionBudget"}
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert one(docs, "Deployment", "activator")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
 def test_deployment_runs_replicas_that_elect_a_leader(docs):
@@ -153,7 +159,8 @@ def test_leader_election_rbac_is_namespaced_to_the_lease(docs):
 def test_one_replica_needs_no_leader_election_and_two_refuse_to_run_without(helm):
     docs = render(helm, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
-    assert not [d for d in docs if d["kind"] in ("PodDisruptionBudget", "Role")]
+    assert not [d for d in docs if d["kind"] in ("PodDisruptionBudget", "Role")
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"]
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--set", "leaderElection.enabled=false", check=False)
     assert proc.returncode != 0  # two operators without a leader would promise the same GPUs twice
 
@@ -254,7 +261,8 @@ def test_args_built_from_values(helm):
     params = run.make_context("run", list(c["args"][1:])).params
     assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090,
                       "metrics_address": "0.0.0.0", "verbose": True, "leader_election": True,
-                      "lease_namespace": "default", "lease_name": f"{RELEASE}-kubeforge", "prometheus_allow": ()}
+                      "lease_namespace": "default", "lease_name": f"{RELEASE}-kubeforge", "prometheus_allow": (),
+                      "activator_service": ("kubeforge-system", f"{RELEASE}-kubeforge-activator")}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
 
 
@@ -294,6 +302,12 @@ def test_chart_crds_equal_generated_crds():
     "image.pullPolicy=Sometimes",  # not in the enum
     "logLevel=trace",
     "serviceMonitor.enabled=maybe",
+    "activator.enabled=yes",
+    "activator.replicas=0",
+    "activator.port=0",
+    "activator.maxBodyBytes=-1",
+    "activator.retryAfterSeconds=abc",
+    "activator.unknown=1",
 ])
 def test_schema_rejects_bad_values(helm, bad):
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--set", bad, check=False)
@@ -308,6 +322,7 @@ def test_servicemonitor_only_when_enabled(helm, docs):
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"]
     assert sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service")["metadata"]["labels"].items()
+    assert not sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", "activator")["metadata"]["labels"].items()
 
 
 def test_grafana_dashboard_only_when_enabled(helm, docs):
@@ -343,3 +358,101 @@ def test_values_are_all_documented_and_in_schema():
             parent_doc = prev.startswith("#")
             section = line.rstrip().endswith(":")
             assert parent_doc or section or prev.endswith(":"), f"values.yaml:{i + 1} undocumented: {line.strip()}"
+
+
+# --- the activator (issue 14: hold requests at zero) ----------------------------------------
+
+
+def test_activator_runs_the_same_image_with_flags_the_cli_parses(docs):
+    dep = one(docs, "Deployment", "activator")
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    (op,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == op["image"] and c["command"] == ["kubeforge"] and c["args"][0] == "activator"
+    from kubeforge.cli import activator_cmd
+
+    params = activator_cmd.make_context("activator", list(c["args"][1:])).params
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["activator"]
+    assert params["port"] == values["port"] == 8012
+    assert params["metrics_port"] == values["metricsPort"]
+    assert params["max_body_bytes"] == values["maxBodyBytes"] and params["max_requests"] == values["maxRequests"]
+    assert params["forward_timeout"] == values["forwardTimeoutSeconds"]
+    assert params["retry_after"] == values["retryAfterSeconds"]
+    assert pod["terminationGracePeriodSeconds"] == values["shutdownGraceSeconds"] + 5
+    assert params["backend_override"] is None  # the simulator's flag never reaches a real cluster
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 8012, "metrics": values["metricsPort"]}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "valueFrom" in e}
+    assert env == {"POD_NAME": "metadata.name", "POD_IPS": "status.podIPs"}  # --identity, --own-address
+    # Pod Security "restricted", as the operator's
+    assert pod["securityContext"] == one(docs, "Deployment")["spec"]["template"]["spec"]["securityContext"]
+    assert c["securityContext"] == op["securityContext"]
+    # the activator's selector never selects operator pods, nor the operator's activator pods
+    sel = spec["selector"]["matchLabels"]
+    assert sel["app.kubernetes.io/component"] == "activator"
+    assert not one(docs, "Deployment")["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_activator_service_and_the_operator_flag_name_it(docs):
+    svc = one(docs, "Service", "activator")
+    assert svc["metadata"]["name"] == f"{RELEASE}-kubeforge-activator"
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
+        "http": (8012, "http"), "metrics": (9090, "metrics")}
+    pod_labels = one(docs, "Deployment", "activator")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    (op,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert f"--activator-service=kubeforge-system/{svc['metadata']['name']}" in op["args"]
+
+
+def test_activator_rbac_is_list_watch_endpointslices_only(docs):
+    cr = one(docs, "ClusterRole", "activator")
+    assert cr["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]
+    crb, sa = one(docs, "ClusterRoleBinding", "activator"), one(docs, "ServiceAccount", "activator")
+    assert crb["roleRef"]["name"] == cr["metadata"]["name"]
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "kubeforge-system"}]
+    assert one(docs, "Deployment", "activator")["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    assert sa["metadata"]["name"] != one(docs, "ServiceAccount")["metadata"]["name"]  # not the operator's rights
+
+
+def test_activator_pdb_only_with_two_replicas(helm, docs):
+    pdb = one(docs, "PodDisruptionBudget", "activator")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == one(docs, "Deployment", "activator")["spec"]["selector"]["matchLabels"]
+    single = render(helm, "--set", "activator.replicas=1")
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "activator"]
+
+
+def test_activator_can_be_turned_off(helm):
+    docs = render(helm, "--set", "activator.enabled=false", "--set", "serviceMonitor.enabled=true")
+    assert not [d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "activator"]
+    (op,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in op["args"] if a.startswith("--activator-service")]
+    assert len([d for d in docs if d["kind"] == "ServiceMonitor"]) == 1
+
+
+def test_activator_servicemonitor_honors_its_labels(helm):
+    docs = render(helm, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom")
+    sm = one(docs, "ServiceMonitor", "activator")
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    (ep,) = sm["spec"]["endpoints"]
+    assert ep["port"] == "metrics" and ep["honorLabels"] is True  # namespace/service name the InferenceService
+    assert sm["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", "activator")["metadata"]["labels"].items()
+    assert "honorLabels" not in one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+
+
+def test_activator_values(helm):
+    docs = render(helm, "--set", "activator.replicas=3", "--set", "activator.port=8080", "--set", "activator.maxBodyBytes=1048576",
+                  "--set", "activator.nodeSelector.role=system", "--set", "logLevel=debug",
+                  "--set", "activator.resources.limits.memory=1Gi")
+    dep = one(docs, "Deployment", "activator")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert dep["spec"]["replicas"] == 3
+    assert "--port=8080" in c["args"] and "--max-body-bytes=1048576" in c["args"] and "--verbose" in c["args"]
+    assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"role": "system"}
+    assert c["resources"]["limits"]["memory"] == "1Gi"
+    assert {p["name"]: p["port"] for p in one(docs, "Service", "activator")["spec"]["ports"]}["http"] == 8080

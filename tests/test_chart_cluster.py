@@ -60,6 +60,7 @@ def test_rendered_chart_passes_server_side_dry_run(cluster, namespace):
     proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=rendered, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "deployment.apps" in proc.stdout and "clusterrole.rbac.authorization.k8s.io" in proc.stdout
+    assert "-activator" in proc.stdout  # the activator's objects (status.podIPs env included) pass validation
 
 
 def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_namespace):
@@ -67,22 +68,23 @@ def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_n
     try:
         out = helm(cluster, "install", rel, str(CHART), "--namespace", ns, *IMAGE)
         assert "PodSecurity" not in out.stderr, out.stderr  # the `warn` label prints violations
-        dep = wait_for(lambda: get_json(cluster, "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={rel}")["items"],
-                       timeout=30, what="the Deployment")[0]
-        sel = ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
-
-        def pods_or_failure():
+        def pods_or_failure(component: str):
+            dep = wait_for(lambda: get_json(cluster, "deployments", "-n", ns, "-l",
+                                            f"app.kubernetes.io/instance={rel},app.kubernetes.io/component={component}")["items"],
+                           timeout=30, what=f"the {component} Deployment")[0]
+            sel = ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
             events = get_json(cluster, "events", "-n", ns)["items"]
             bad = [e["message"] for e in events if e.get("reason") == "FailedCreate"]
             if bad:
                 raise AssertionError(f"the ReplicaSet could not create the pod: {bad}")
             return get_json(cluster, "pods", "-n", ns, "-l", sel)["items"]
 
-        pods = wait_for(lambda: len(p := pods_or_failure()) == 2 and p, timeout=60,
-                        what="both operator replicas admitted")
-        for pod in pods:
-            assert pod["spec"]["securityContext"]["runAsUser"] == 65532
-            assert pod["spec"]["containers"][0]["args"][0] == "run"
+        for component, command in (("operator", "run"), ("activator", "activator")):
+            pods = wait_for(lambda: len(p := pods_or_failure(component)) == 2 and p, timeout=60,
+                            what=f"both {component} replicas admitted")
+            for pod in pods:
+                assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+                assert pod["spec"]["containers"][0]["args"][0] == command
         # the ServiceAccount may hold the leader Lease in its own namespace only
         sa = f"system:serviceaccount:{ns}:{rel}-kubeforge"
         for verb in ("get", "create", "update"):
@@ -103,7 +105,8 @@ def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_n
         assert can("patch", "trainingjobs.kubeforge.io", "--subresource=status", "-n", "default")
         assert can("patch", "gpupools.kubeforge.io", "--subresource=status")
         assert can("create", "pods", "-n", "default")
-        assert can("patch", "deployments.apps", "-n", "default")
+        assert can("delete", "deployments.apps", "-n", "default")  # 0.1 Deployments, deleted once
+        assert not can("create", "deployments.apps", "-n", "default")
         assert can("list", "nodes")
         assert can("watch", "namespaces")
         assert can("list", "customresourcedefinitions.apiextensions.k8s.io")
@@ -111,6 +114,18 @@ def test_install_is_admitted_under_restricted_pod_security(cluster, restricted_n
         assert not can("patch", "trainingjobs.kubeforge.io", "-n", "default")  # never the spec
         assert not can("get", "secrets", "-n", ns)
         assert not can("delete", "nodes")
+
+        # the activator's ServiceAccount lists and watches EndpointSlices, nothing more
+        act = f"system:serviceaccount:{ns}:{rel}-kubeforge-activator"
+
+        def act_can(*args: str) -> bool:
+            return cluster.kubectl("auth", "can-i", "--as", act, *args, check=False).stdout.strip() == "yes"
+
+        assert act_can("list", "endpointslices.discovery.k8s.io", "-A")
+        assert act_can("watch", "endpointslices.discovery.k8s.io", "-A")
+        for verb, what in (("get", "endpointslices.discovery.k8s.io"), ("create", "endpointslices.discovery.k8s.io"),
+                           ("list", "pods"), ("list", "services"), ("get", "secrets"), ("list", "inferenceservices.kubeforge.io")):
+            assert not act_can(verb, what, "-n", "default"), (verb, what)
     finally:
         helm(cluster, "uninstall", rel, "--namespace", ns, "--wait", check=False)
 
@@ -144,6 +159,12 @@ def test_upgrade_then_uninstall_leaves_nothing_but_crds(cluster, namespace):
             f"rolebinding.rbac.authorization.k8s.io/{rel}-kubeforge-leader-election",
             f"poddisruptionbudget.policy/{rel}-kubeforge",
             f"configmap/{rel}-kubeforge-dashboard",
+            f"clusterrole.rbac.authorization.k8s.io/{rel}-kubeforge-activator",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{rel}-kubeforge-activator",
+            f"serviceaccount/{rel}-kubeforge-activator",
+            f"deployment.apps/{rel}-kubeforge-activator",
+            f"service/{rel}-kubeforge-activator",
+            f"poddisruptionbudget.policy/{rel}-kubeforge-activator",
         }
     finally:
         helm(cluster, "uninstall", rel, "--namespace", ns, "--wait", check=False)

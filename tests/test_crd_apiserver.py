@@ -87,7 +87,9 @@ def test_crd_is_established(cluster: Any, crd: str) -> None:
         ("gpupool.spec", ["capacityType says whether the nodes are Spot, OnDemand, or Auto",
                           "pricePerGPUHour is the price of one GPU-hour"]),
         ("inferenceservice.spec.autoscaling", ["targetPerReplica is the queue length",
-                                               "activationThreshold"]),
+                                               "activationThreshold", "slo switches the service to SLO mode"]),
+        ("inferenceservice.spec.autoscaling.slo", ["timeToFirstTokenSeconds is the time-to-first-token target",
+                                                   "interTokenLatencySeconds is the inter-token-latency target"]),
     ],
 )
 def test_kubectl_explain_teaches_the_fields(cluster: Any, resource: str,
@@ -131,6 +133,14 @@ def test_invalid_training_job_is_rejected(cluster: Any, namespace: str, name: st
          ["minReplicas must be less than or equal to maxReplicas"]),
         ("custom-without-query", {"autoscaling": {"metric": "Custom"}},
          ["spec.autoscaling", "autoscaling.query is required when autoscaling.metric is Custom"]),
+        ("slo-without-target", {"autoscaling": {"slo": {"percentile": 95}}},
+         ["spec.autoscaling.slo", "slo needs timeToFirstTokenSeconds, interTokenLatencySeconds or both"]),
+        ("slo-on-sglang", {"autoscaling": {"metric": "SGLangQueue", "slo": {"timeToFirstTokenSeconds": 1}}},
+         ["spec.autoscaling", "autoscaling.slo reads vLLM's metrics"]),
+        ("slo-zero-ttft", {"autoscaling": {"slo": {"timeToFirstTokenSeconds": 0}}},
+         ["spec.autoscaling.slo.timeToFirstTokenSeconds", "should be greater than 0"]),
+        ("slo-p100", {"autoscaling": {"slo": {"interTokenLatencySeconds": 0.1, "percentile": 100}}},
+         ["spec.autoscaling.slo.percentile", "should be less than or equal to 99"]),
     ],
 )
 def test_invalid_inference_service_is_rejected(cluster: Any, namespace: str, name: str,
@@ -218,8 +228,9 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     apply(cluster, namespace, inference_service("ok", autoscaling={"scaleDown": {"maxStep": 2}}))
     obj = get_json(cluster, "-n", namespace, "inferenceservice", "ok")
     spec = obj["spec"]
-    assert (spec["gpusPerReplica"], spec["port"], spec["minReplicas"], spec["maxReplicas"]) == (
-        1, 8000, 1, 4)
+    # gpusPerReplica has no schema default: it follows spec.parallelism when that is set (1 otherwise)
+    assert "gpusPerReplica" not in spec
+    assert (spec["port"], spec["minReplicas"], spec["maxReplicas"]) == (8000, 1, 4)
     assert spec["topology"] == {"mode": "Required"}
     auto = spec["autoscaling"]
     assert auto["prometheusURL"] == "http://prometheus-operated.monitoring.svc:9090"
@@ -229,6 +240,15 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     assert auto["scaleDown"] == {"stabilizationWindowSeconds": 300, "maxStep": 2,
                                  "periodSeconds": 30}
     assert parse_inference_service(obj).spec.autoscaling.scale_down.max_step == 2
+    assert "slo" not in auto  # queue-depth mode unless asked
+
+
+def test_slo_inference_service_is_accepted_and_defaulted(cluster: Any, namespace: str) -> None:
+    apply(cluster, namespace, inference_service("slo", autoscaling={"slo": {"timeToFirstTokenSeconds": 1.5}}))
+    obj = get_json(cluster, "-n", namespace, "inferenceservice", "slo")
+    assert obj["spec"]["autoscaling"]["slo"] == {"timeToFirstTokenSeconds": 1.5, "percentile": 90, "windowSeconds": 60}
+    slo = parse_inference_service(obj).spec.autoscaling.slo
+    assert (slo.time_to_first_token_seconds, slo.inter_token_latency_seconds) == (1.5, None)
 
 
 def test_valid_gpu_pool_is_accepted_and_defaulted(cluster: Any) -> None:

@@ -121,7 +121,7 @@ def test_names_scope_and_status_subresource(
         ("GPUPool", ["Nodes", "GPUs", "Free", "Allocated", "Spot GPUs", "Ready", "Age"]),
         ("TrainingJob", ["Phase", "Pool", "Domain", "Replicas", "GPUs/Replica", "Preemptions",
                          "Failures", "Age"]),
-        ("InferenceService", ["Ready", "Desired", "Min", "Max", "Queue", "URL", "Age"]),
+        ("InferenceService", ["Ready", "Desired", "Nodes/Replica", "Min", "Max", "Queue", "URL", "Age"]),
     ],
 )
 def test_printer_columns(kind: str, columns: list[str]) -> None:
@@ -270,7 +270,11 @@ def test_cel_rules_are_present(kind: str, path: str, message: str) -> None:
         ("GPUPool", "status.domains", {"maxItems": 4096}),
         ("GPUPool", "status.workloads", {"maxItems": 4096}),
         ("GPUPool", "status.topologyLevels.source", {"enum": ["Spec", "Detected"]}),
-        ("InferenceService", "spec.gpusPerReplica", {"default": 1, "minimum": 1, "maximum": 64}),
+        # no schema default: it is tensor x pipeline when parallelism is set, else 1 (api/ says so)
+        ("InferenceService", "spec.gpusPerReplica", {"minimum": 1, "maximum": 64}),
+        ("InferenceService", "spec.parallelism.tensor", {"default": 1, "minimum": 1, "maximum": 64}),
+        ("InferenceService", "spec.multiNode.maxGroupRestarts", {"default": 5, "minimum": 0}),
+        ("InferenceService", "spec.drainSeconds", {"default": 120, "minimum": 0, "maximum": 3600}),
         ("InferenceService", "spec.port", {"default": 8000, "minimum": 1, "maximum": 65535}),
         ("InferenceService", "spec.minReplicas", {"default": 1, "minimum": 0, "maximum": 1000}),
         ("InferenceService", "spec.maxReplicas", {"default": 4, "minimum": 1, "maximum": 1000}),

@@ -392,20 +392,26 @@ def test_chart_runs_what_the_image_declares(image):
 
     out = subprocess.run([tool("helm"), "template", "kf", str(CHART), "--namespace", "kubeforge-system"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    (dep,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
-    pod = dep["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
+    deps = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+            for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"}
+    assert sorted(deps) == ["activator", "operator"]  # the same image runs both
     cfg = image.config["config"]
-    assert c["command"] == cfg["Entrypoint"]
-    assert c["args"][: len(cfg["Cmd"])] == cfg["Cmd"]
-    assert {f"{p['containerPort']}/{p.get('protocol', 'TCP').lower()}" for p in c["ports"]} == set(cfg["ExposedPorts"])
-    uid, gid = (int(x) for x in cfg["User"].split(":"))
-    for sc in (pod["securityContext"], c["securityContext"]):
-        assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (uid, gid, True)
-    assert c["securityContext"]["readOnlyRootFilesystem"] is True
-    for e in c.get("env", []):  # what both set, they set alike
-        if e["name"] in image.env and "value" in e:
-            assert e["value"] == image.env[e["name"]], e
+    for component, dep in deps.items():
+        pod = dep["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert c["command"] == cfg["Entrypoint"]
+        if component == "operator":
+            assert c["args"][: len(cfg["Cmd"])] == cfg["Cmd"]
+            assert {f"{p['containerPort']}/{p.get('protocol', 'TCP').lower()}" for p in c["ports"]} == set(cfg["ExposedPorts"])
+        else:
+            assert c["args"][0] == "activator"
+        uid, gid = (int(x) for x in cfg["User"].split(":"))
+        for sc in (pod["securityContext"], c["securityContext"]):
+            assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (uid, gid, True)
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        for e in c.get("env", []):  # what both set, they set alike
+            if e["name"] in image.env and "value" in e:
+                assert e["value"] == image.env[e["name"]], e
 
 
 def test_rootfs_has_the_user_the_venv_and_nothing_else(image, rootfs):
@@ -450,3 +456,19 @@ def test_entrypoint_runs_as_the_image_user(image, rootfs):
                           "import os, sys; print(os.getuid(), os.getgid(), sys.prefix, sys.flags.dont_write_bytecode)"],
                          capture_output=True, text=True, timeout=60, env=image.env)
     assert who.stdout.split() == ["65532", "65532", "/opt/kubeforge", "1"], who.stderr
+
+
+def test_activator_runs_from_the_image(image, rootfs):
+    """The chart's activator Deployment runs ``kubeforge activator`` from the same image: its
+    command parses and its modules (aiohttp, kubernetes_asyncio) import there."""
+    if os.geteuid() != 0:
+        pytest.fail("chroot needs root (the image build needs it too)")
+    cfg = image.config["config"]
+    root = ["chroot", f"--userspec={cfg['User']}", str(rootfs)]
+    proc = subprocess.run([*root, *cfg["Entrypoint"], "activator", "--help"], capture_output=True, text=True,
+                          timeout=60, env=image.env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--backend-override" in proc.stdout and "--max-body-bytes" in proc.stdout
+    imp = subprocess.run([*root, "python3", "-c", "import kubeforge.activator._main"], capture_output=True, text=True,
+                         timeout=60, env=image.env)
+    assert imp.returncode == 0, imp.stderr[-2000:]

@@ -129,13 +129,15 @@ def http_get(url: str) -> tuple[int, str]:
 
 
 def helm_rbac(cluster, release: str, namespace: str) -> list[dict]:
-    """The chart's ServiceAccount and RBAC objects, rendered for ``release`` in ``namespace``."""
+    """The operator's ServiceAccount and RBAC objects and its Deployment, rendered for ``release`` in
+    ``namespace`` (the activator's, labelled ``app.kubernetes.io/component: activator``, left out)."""
     from kubeforge.sim.tools import tool
 
     proc = subprocess.run([tool("helm"), "template", release, str(CHART), "--namespace", namespace],
                           capture_output=True, text=True, timeout=120, env=cluster.env())
     assert proc.returncode == 0, proc.stderr
-    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    docs = [d for d in yaml.safe_load_all(proc.stdout)
+            if d and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "activator"]
     return [d for d in docs if d["kind"] in RBAC_KINDS], next(d for d in docs if d["kind"] == "Deployment")
 
 

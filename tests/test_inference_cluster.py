@@ -3,9 +3,10 @@ model-server simulator, with the session operator running for real.
 
 The path under test is the production one: the simulator exports
 ``vllm:num_requests_waiting{namespace,service}``, Prometheus (Debian's binary, scrape 1 s)
-scrapes it, the operator queries Prometheus every ``pollingIntervalSeconds`` and patches the
-Deployment's scale subresource; kube-scheduler places the pods on kwok GPU nodes and the
-simulator counts the Ready ones as serving capacity.
+scrapes it, the operator queries Prometheus every ``pollingIntervalSeconds``, writes the replica
+count (``status.desiredReplicas``) and admission places each replica (a group of one pod here)
+on GPUs; kube-scheduler binds the pods on kwok GPU nodes and the simulator counts the Ready ones
+as serving capacity. Multi-node groups are tests/test_serving_cluster.py.
 
 Most tests use ``ServiceModel(slots=0)``: replicas serve nothing, so the waiting queue is
 exactly what the test injected and the replica count it asks for is deterministic. The
@@ -61,7 +62,9 @@ def isvc(namespace: str, url: str, gpus: int = 2, min_replicas: int = 1, max_rep
 
 
 def replicas(cluster, ns: str) -> int | None:
-    out = cluster.kubectl("get", "deployment", NAME, "-n", ns, "-o", "jsonpath={.spec.replicas}", check=False)
+    """The replica count the autoscaler asked for (``status.desiredReplicas``)."""
+    out = cluster.kubectl("get", "inferenceservice", NAME, "-n", ns, "-o", "jsonpath={.status.desiredReplicas}",
+                          check=False)
     return int(out.stdout) if out.returncode == 0 and out.stdout.strip() else None
 
 
@@ -90,7 +93,7 @@ def start(cluster, namespace, sim, prom, slots=0, request_seconds=600.0, **kw) -
 
 
 def spike_to(cluster, ns, sim, n: int, want: int, within: float) -> float:
-    """Inject ``n`` requests; wait (bounded) until the Deployment asks for ``want`` replicas;
+    """Inject ``n`` requests; wait (bounded) until the autoscaler asks for ``want`` replicas;
     returns the seconds it took from the spike."""
     t0 = time.monotonic()
     sim.inject(ns, NAME, n)
@@ -102,15 +105,17 @@ def test_queue_spike_scales_up_within_the_window_with_a_scaled_event(cluster, na
     sim, prom = stack
     fleet(cliques=1, nodes=2, gpus=8)  # 16 GPUs: room for 8 replicas of 2
     start(cluster, namespace, sim, prom, gpus=2, max_replicas=4)
-    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="minReplicas 1")
     wait_for(lambda: status(cluster, namespace).get("lastMetricValue") == 0, timeout=30, what="the operator reading 0 from Prometheus")
     wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 1, timeout=30, what="1 Ready pod seen by the simulator")
 
     took = spike_to(cluster, namespace, sim, 40, 4, within=20)
     # scrape (1 s) + polling interval (1 s) + one reconcile: a few seconds, never a KEDA/HPA 30 s+15 s cycle
     assert took < 10, f"scale-up took {took:.1f}s"
-    ev = wait_for(lambda: [e for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled"], timeout=15,
-                  what="a Scaled event")
+    # (the first Scaled event is 0 -> 1, minReplicas at creation)
+    ev = wait_for(lambda: [e for e in events_for(cluster, namespace, NAME)
+                           if e["reason"] == "Scaled" and "replicas 1 -> " in e["message"]], timeout=15,
+                  what="a Scaled event from 1 replica")
     msg = ev[-1]["message"]
     assert "replicas 1 -> 4" in msg and "queue 40" in msg and "target 4 per replica" in msg, msg
     st = wait_for(lambda: (s := status(cluster, namespace)).get("desiredReplicas") == 4 and s, timeout=15)
@@ -128,7 +133,7 @@ def test_quiet_queue_scales_down_only_after_the_stabilization_window(cluster, na
     fleet(cliques=1, nodes=2, gpus=8)
     start(cluster, namespace, sim, prom, gpus=2, max_replicas=4,
           scaleDown={"stabilizationWindowSeconds": window, "maxStep": 4, "periodSeconds": 1})
-    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="minReplicas 1")
     spike_to(cluster, namespace, sim, 16, 4, within=20)
 
     t_quiet = time.monotonic()
@@ -151,9 +156,10 @@ def test_min_zero_scales_to_zero_when_idle_and_back_on_new_requests(cluster, nam
     sim, prom = stack
     idle = 6
     fleet(cliques=1, nodes=2, gpus=8)
-    start(cluster, namespace, sim, prom, slots=1, request_seconds=600.0, gpus=2, min_replicas=0, max_replicas=2,
+    run_s = 12  # one request in flight is activity: no scale to zero under it (Knative counts in-flight requests)
+    start(cluster, namespace, sim, prom, slots=1, request_seconds=run_s, gpus=2, min_replicas=0, max_replicas=2,
           scaleToZeroAfterSeconds=idle)
-    wait_for(lambda: replicas(cluster, namespace) == 0, timeout=30, what="Deployment created at 0 replicas")
+    wait_for(lambda: replicas(cluster, namespace) == 0, timeout=30, what="created at 0 replicas")
     wait_for(lambda: status(cluster, namespace).get("lastMetricValue") == 0, timeout=30, what="metric read at zero")
 
     sim.inject(namespace, NAME, 3)  # the queue exists with no pod at all
@@ -162,10 +168,12 @@ def test_min_zero_scales_to_zero_when_idle_and_back_on_new_requests(cluster, nam
     assert snap["running"] == 1 and snap["waiting"] == 2  # the queue drained into the new replica
 
     t_quiet = time.monotonic()
-    sim.clear(namespace, NAME)
-    hold(lambda: replicas(cluster, namespace) == 1, idle - 2, "the replica before scaleToZeroAfterSeconds")
+    sim.clear(namespace, NAME)  # the 2 waiting requests leave; the running one goes on for up to run_s
+    hold(lambda: replicas(cluster, namespace) == 1, idle + 2, "the replica while a request runs on it")
+    wait_for(lambda: sim.snapshot(namespace, NAME)["running"] == 0, timeout=run_s, what="the request finished")
+    t_idle = time.monotonic()
     wait_for(lambda: replicas(cluster, namespace) == 0, timeout=idle + 10, what="scale to zero after the idle period")
-    assert time.monotonic() - t_quiet >= idle - 2
+    assert time.monotonic() - t_idle >= idle - 3
     wait_for(lambda: cond_is(cluster, namespace, "Ready", "True", "ScaledToZero"), timeout=15, what="Ready/ScaledToZero")
     wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 0, timeout=30, what="the pod gone")
 
@@ -178,7 +186,7 @@ def test_prometheus_outage_holds_replicas_and_sets_scaling_active_false(cluster,
     sim, prom = stack
     fleet(cliques=1, nodes=2, gpus=8)
     start(cluster, namespace, sim, prom, gpus=2, max_replicas=4)
-    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="minReplicas 1")
     spike_to(cluster, namespace, sim, 8, 2, within=20)
     wait_for(lambda: cond_is(cluster, namespace, "ScalingActive", "True"), timeout=10, what="ScalingActive=True")
     prom.stop()
@@ -200,7 +208,7 @@ def _capacity_case(cluster, namespace, fleet, stack):
     sim, prom = stack
     fleet(cliques=1, nodes=1, gpus=8)  # 8 GPUs: 2 replicas of 4
     start(cluster, namespace, sim, prom, gpus=4, max_replicas=4, pollingIntervalSeconds=2)
-    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="Deployment at minReplicas 1")
+    wait_for(lambda: replicas(cluster, namespace) == 1, timeout=30, what="minReplicas 1")
     wait_for(lambda: sim.snapshot(namespace, NAME)["ready"] == 1, timeout=30, what="1 Ready pod")
     sim.inject(namespace, NAME, 40)  # asks for 10, max 4, the pool fits 2
     wait_for(lambda: cond_is(cluster, namespace, "ScalingLimited", "True", "InsufficientCapacity"),
@@ -219,38 +227,42 @@ def test_too_few_free_gpus_caps_the_scale_and_reports_insufficient_capacity(clus
     assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods), "a replica was left unschedulable"
 
 
-def test_template_gpu_and_pool_edits_roll_out_to_the_deployment(cluster, namespace, fleet):
-    """Spec edits reach the Deployment once, as a rolling update with maxSurge 0 (never spare
-    GPUs), and the replicas come back on the new template."""
+def test_template_gpu_and_pool_edits_roll_out_one_replica_at_a_time(cluster, namespace, fleet):
+    """Spec edits roll out group by group with no surge (never spare GPUs): at most one replica
+    is unavailable at any moment, and the replicas come back on the new template."""
     fleet(cliques=1, nodes=2)
     other = fleet(cliques=1, nodes=1, pool=f"{namespace}-other")
     body = isvc(namespace, "http://127.0.0.1:1", gpus=2, min_replicas=2, max_replicas=2)
+    body["spec"]["drainSeconds"] = 0  # the replicas serve nothing here: no drain to wait for
     apply(cluster, body)
 
     def running():
         return [p for p in get_json(cluster, "pods", "-n", namespace, "-l", f"kubeforge.io/inference-service={NAME}")["items"]
                 if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
-    def deployed(check):
-        out = cluster.kubectl("get", "deployment", NAME, "-n", namespace, "-o", "json", check=False)
-        if out.returncode != 0:
-            return None
-        d, pods = json.loads(out.stdout), running()
-        return len(pods) == 2 and all(check(d, p) for p in pods) and (d, pods)
+    def rolled(check):
+        pods = running()
+        return len(pods) == 2 and all(check(p) for p in pods) and pods
 
-    d0, _ = wait_for(lambda: deployed(lambda d, p: True), timeout=60, what="two replicas running")
-    h0 = d0["metadata"]["annotations"]["kubeforge.io/template-hash"]
-    assert d0["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
-
+    wait_for(lambda: rolled(lambda p: True), timeout=60, what="two replicas running")
+    h0 = {g["templateHash"] for g in status(cluster, namespace)["groups"]}
     body["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]
     body["spec"]["gpusPerReplica"] = 4
     apply(cluster, body)
-    d1, pods = wait_for(lambda: deployed(lambda d, p: p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"
-                                         and any(e["name"] == "VLLM_LOGGING_LEVEL" for e in p["spec"]["containers"][0].get("env") or [])),
-                        timeout=90, what="both replicas on the new template with 4 GPUs")
-    assert d1["metadata"]["annotations"]["kubeforge.io/template-hash"] != h0
-    assert d1["spec"]["replicas"] == 2  # the replica count stays the autoscaler's
-    assert any(e["reason"] == "Updated" for e in events_for(cluster, namespace, NAME))
+    least_ready, t0 = 2, time.monotonic()
+    while time.monotonic() - t0 < 90:
+        least_ready = min(least_ready, int(status(cluster, namespace).get("readyReplicas", 0)))
+        if rolled(lambda p: p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"
+                  and any(e["name"] == "VLLM_LOGGING_LEVEL" for e in p["spec"]["containers"][0].get("env") or [])):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("both replicas not on the new template with 4 GPUs within 90 s")
+    assert least_ready >= 1, "both replicas were down at once during the rollout"
+    st = wait_for(lambda: (s := status(cluster, namespace)) and all(g["phase"] == "Ready" for g in s["groups"]) and s,
+                  timeout=30, what="both groups Ready")
+    assert {g["templateHash"] for g in st["groups"]}.isdisjoint(h0) and st["desiredReplicas"] == 2
+    assert any(e["reason"] == "RollingOut" for e in events_for(cluster, namespace, NAME))
 
     body["spec"]["pools"] = [f"{namespace}-other"]
     body["spec"]["minReplicas"] = body["spec"]["maxReplicas"] = 1

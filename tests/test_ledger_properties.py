@@ -19,7 +19,10 @@ job's reconcile, kube-scheduler and the kubelet), then the invariants are checke
     ``restarts.preemptions`` only on a disruption (by one for each job it hit); neither, nor
     ``attempt``, ever goes down;
 (f) settled means settled: a round without the admission memo would admit no gang and place
-    no serving replica either (no gang waits for GPUs that are free for it).
+    no serving replica either (no gang waits for GPUs that are free for it);
+(g) no valid job pays for another's template: jobs are submitted with templates whose sidecars
+    and init containers request GPUs too (``TEMPLATES``), and a job whose template asks for no
+    GPU of its own is never told PlacementLost nor fails to start (issue 18).
 
 Also in the event space: the operator restarting (or a pod call failing) between a status
 write and the pod calls that follow it, and admission rounds running between job reconciles.
@@ -35,7 +38,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcluster import (
-    BLOCK, CLIQUE, SPOT, SimCluster, build_ledger, job_body, mk_node, mk_pool, mk_service,
+    BLOCK, CLIQUE, NS as NS_DEFAULT, SPOT, SimCluster, build_ledger, job_body, mk_node, mk_pool, mk_service,
 )
 
 INTERRUPTIONS = ("aws-node-termination-handler/spot-itn", "karpenter.sh/disrupted",
@@ -49,6 +52,27 @@ TOPOLOGIES = (
 )
 POOL_LISTS = (("spot",), ("od",), ("all",), ("spot", "od"), ("od", "spot"), ("spot", "all"), ("gone", "od"))
 DISRUPTIONS = ("PreemptionByScheduler", "DeletionByTaintManager", "EvictionByEvictionAPI", "TerminationByKubelet")
+_GPU1 = {"limits": {"nvidia.com/gpu": 1}}
+TEMPLATES = (
+    # what most teams write: one trainer container
+    {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}]}},
+    # an app-container sidecar (an in-pod profiler) with a GPU of its own: sum rule
+    {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"},
+                             {"name": "profiler", "image": "nsys:1", "resources": _GPU1}]}},
+    # a restartable init container (KEP-753 sidecar, an exporter) with a GPU: sum rule
+    {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}],
+              "initContainers": [{"name": "exporter", "image": "dcgm:1", "restartPolicy": "Always",
+                                  "resources": _GPU1}]}},
+    # a plain init container (a warm-up) asking 4 GPUs: max rule
+    {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}],
+              "initContainers": [{"name": "warmup", "image": "w:1", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}},
+    # both: a sidecar started before a 4-GPU init container (the init runs beside it: 4 + 1)
+    {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}],
+              "initContainers": [{"name": "exporter", "image": "dcgm:1", "restartPolicy": "Always", "resources": _GPU1},
+                                 {"name": "warmup", "image": "w:1", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}},
+)
+"""Pod templates a real team writes (issue 18): the first requests no GPU of its own; the others
+make a rank hold more than gpusPerReplica by the scheduler's rule, which the ledger must book."""
 
 
 def fleet() -> SimCluster:
@@ -64,6 +88,10 @@ def fleet() -> SimCluster:
     services = [
         mk_service("chat", ns="serve", pools=["all"], gpus=1),
         mk_service("big", ns="serve", pools=["od"], gpus=2, topology={"mode": "Required", "level": "nvlink"}),
+        # a 405B-class replica: tensor 8 x pipeline 2 = two whole 8-GPU nodes of one NVLink domain,
+        # competing with the gangs for the same domains (issue 13)
+        mk_service("llm405", ns="serve", pools=["od"], gpus=None, parallelism={"tensor": 8, "pipeline": 2},
+                   topology={"mode": "Required", "level": "nvlink"}),
     ]
     return SimCluster(nodes, pools, services)
 
@@ -81,6 +109,7 @@ submits = st.tuples(
     st.integers(0, 2),                       # preemptionsBeforeFallback
     st.integers(0, 2),                       # maxRestarts
     st.sampled_from([0, 10]),                # backoffSeconds
+    st.integers(0, len(TEMPLATES) - 1),      # pod template
 )
 picks = st.integers(0, 63)
 # A user suspends or deletes a gang right after admission, before its placement is written
@@ -100,7 +129,7 @@ events = st.one_of(
     st.tuples(st.just("delete"), picks),
     st.tuples(st.just("foreign"), st.sampled_from([1, 2, 4, 8]), st.integers(0, 7)),
     st.tuples(st.just("foreign-done"), picks),
-    st.tuples(st.just("serve"), st.integers(0, 1)),
+    st.tuples(st.just("serve"), st.integers(0, 2)),
     st.tuples(st.just("unserve"), picks),
     st.tuples(st.just("time"), st.sampled_from([1, 15, 45, 400])),
     st.tuples(st.just("crash")),
@@ -111,7 +140,7 @@ events = st.one_of(
 def random_event_submit(rng: random.Random) -> tuple:
     return ("submit", rng.randint(1, 4), rng.choice([1, 2, 4, 8]), rng.randrange(len(TOPOLOGIES)),
             rng.randint(0, 2), rng.randrange(len(POOL_LISTS)), rng.choice([0, 60, 300]), rng.randint(0, 2),
-            rng.randint(0, 2), rng.choice([0, 10]))
+            rng.randint(0, 2), rng.choice([0, 10]), rng.randrange(len(TEMPLATES)))
 
 
 def random_event(rng: random.Random) -> tuple:
@@ -133,7 +162,7 @@ def random_event(rng: random.Random) -> tuple:
     if kind == "foreign":
         return ("foreign", rng.choice([1, 2, 4, 8]), rng.randrange(8))
     if kind == "serve":
-        return ("serve", rng.randrange(2))
+        return ("serve", rng.randrange(3))
     if kind == "time":
         return ("time", rng.choice([1, 15, 45, 400]))
     if kind == "crash":
@@ -155,6 +184,7 @@ class World:
         self.sim.interleave = interleave
         self.sim.rng = random.Random(seed)
         self.n = 0
+        self.plain: set = set()  # jobs whose template requests no GPU of its own
 
     def _jobs(self, pred=lambda sj: True):
         return [k for k in sorted(self.sim.jobs) if pred(self.sim.jobs[k])]
@@ -174,17 +204,19 @@ class World:
         return out
 
     def _submit(self, ev: tuple) -> str:
-        _, replicas, gpus, topo, prio, pools, fallback, pbf, max_restarts, backoff = ev
+        _, replicas, gpus, topo, prio, pools, fallback, pbf, max_restarts, backoff, tmpl = ev
         name = f"j{self.n}"
         self.n += 1
+        if tmpl == 0:
+            self.plain.add((NS_DEFAULT, name))
         self.sim.add_job(job_body(
             name, replicas=replicas, gpus=gpus, topology=TOPOLOGIES[topo], priority=prio, pools=POOL_LISTS[pools],
-            created=self.sim.now, fallbackAfterSeconds=fallback,
+            created=self.sim.now, fallbackAfterSeconds=fallback, template=TEMPLATES[tmpl],
             failurePolicy={"preemptionsBeforeFallback": pbf, "maxRestarts": max_restarts,
                            "backoffSeconds": backoff, "maxBackoffSeconds": 600}))
         return (f"{name}: {replicas} x {gpus} GPUs, {TOPOLOGIES[topo]}, priority {prio}, pools {POOL_LISTS[pools]}, "
                 f"fallbackAfterSeconds {fallback}, preemptionsBeforeFallback {pbf}, maxRestarts {max_restarts}, "
-                f"backoff {backoff}")
+                f"backoff {backoff}, template {tmpl}")
 
     def apply(self, ev: tuple) -> None:
         sim = self.sim
@@ -255,18 +287,14 @@ class World:
                 pk = keys[ev[1] % len(keys)]
                 sim.set_pod(pk, phase="Succeeded")
                 note = pk[1]
-        elif kind == "serve":
-            svc = sorted(sim.services)[ev[1]]
-            name = f"{svc[1]}-r{self.n}"
-            self.n += 1
-            sim.add_serving_pod(svc, name)
-            note = name
-        elif kind == "unserve":
-            keys = sorted(k for k, sp in sim.pods.items() if sp.pod.service and not sp.pod.deleting)
-            if keys:
-                pk = keys[ev[1] % len(keys)]
-                sim.delete_pod(pk)
-                note = pk[1]
+        elif kind == "serve":  # its autoscaler asks for one more replica group
+            svc = sorted(sim.services)[ev[1] % len(sim.services)]
+            sim.scale_service(svc, +1)
+            note = svc[1]
+        elif kind == "unserve":  # ... or one fewer
+            svc = sorted(sim.services)[ev[1] % len(sim.services)]
+            sim.scale_service(svc, -1)
+            note = svc[1]
         elif kind == "time":
             sim.advance(ev[1])
             note = f"+{ev[1]}s"
@@ -280,6 +308,20 @@ class World:
         sim.check_settled()
         self.check_counters(before, failed, preempted)
         self.check_idle_jobs()
+        self.check_no_blame_on_valid_jobs()
+
+    def check_no_blame_on_valid_jobs(self):
+        """(g) Another job's template never costs a valid job its placement: a job whose
+        template asks for no GPU of its own is never told PlacementLost (its GPUs taken) nor
+        fails to start (issue 18)."""
+        for k in self.plain:
+            sj = self.sim.jobs.get(k)
+            if sj is None:
+                continue
+            adm = next((c for c in sj.status.get("conditions") or [] if c.get("type") == "Admitted"), {})
+            failed = next((c for c in sj.status.get("conditions") or [] if c.get("type") == "Failed"), {})
+            if adm.get("reason") == "PlacementLost" or failed.get("reason") == "StartupRetryLimitExceeded":
+                self.sim.fail(f"(g) {k[1]}: a valid job lost its placement: {adm.get('message') or failed.get('message')}")
 
     def check_counters(self, before, failed, preempted):
         """(e) Restart counters move only for the cause that moves them."""

@@ -66,7 +66,9 @@ def test_node_from_k8s():
     assert (n.name, n.unschedulable, n.ready, n.ready_changed) == ("gpu-1", True, False, NOW - 60)
     assert n.labels == {"nvidia.com/gpu.clique": "c1"}
     assert n.taints == (Taint("karpenter.sh/disrupted", "", "NoSchedule"),)
-    assert n.allocatable == {"nvidia.com/gpu": 8, "example.com/bad": 0} and n.capacity == {"nvidia.com/gpu": 8}
+    # cpu in millicores (so a replica asking more than any node offers is refused up front)
+    assert n.allocatable == {"nvidia.com/gpu": 8, "cpu": 96000, "example.com/bad": 0}
+    assert n.capacity == {"nvidia.com/gpu": 8}
     assert interruption_reason(n, n.name, NOW) is not None
     empty = node_from_k8s({})
     assert (empty.name, empty.ready, empty.taints) == ("", False, ())

@@ -384,7 +384,8 @@ def test_required_without_level_is_rejected():
          "needs 40 GPUs (5 x 8) inside one nvlink domain; the largest (b0-c0) holds 4 replicas "
          "(32 GPUs) even when empty: 8 GPUs short"),
         ({}, gang(1, 16), "nvlink", 16, True,
-         "gpusPerReplica 16 exceeds the largest node's 8 allocatable GPUs"),
+         "a replica needs 16 GPUs, more than the largest node's 8 allocatable GPUs (gpusPerReplica, plus what "
+         "its sidecars and init containers request by the scheduler's rule)"),
         ({}, gang(2, level="rack"), "rack", 16, True,
          "unknown topology level 'rack'; this pool's levels are: nvlink, block"),
         ({}, gang(17, mode="None"), None, 8, True,

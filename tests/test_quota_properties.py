@@ -112,7 +112,7 @@ def test_quotas_and_preemption_rules_hold(nominal_a, nominal_b, limit_a, limit_b
 
         # The fewest: without any one victim, the gang does not fit.
         view = pool_view(pool, {n.name: n for n in nodes}, build_ledger(snapshot([pool], nodes, jobs=jobs), GPU).per_node)
-        req = gang_request(wj.spec)
+        req = gang_request(wj)
         for drop in pre.victims:
             freed: dict[str, int] = {}
             for v in pre.victims:

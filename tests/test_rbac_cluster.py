@@ -41,10 +41,10 @@ def helm(cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess
     return proc
 
 
-def rendered_clusterrole(cluster) -> dict:
+def rendered_clusterroles(cluster) -> dict[str, dict]:
+    """The chart's ClusterRoles by name: the operator's (``kfrbac-kubeforge``) and the activator's."""
     out = helm(cluster, "template", "kfrbac", str(CHART), "--namespace", "kubeforge-system", *IMAGE).stdout
-    (role,) = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ClusterRole"]
-    return role
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ClusterRole"}
 
 
 def token_kubeconfig(cluster, sa: str, namespace: str, path: Path) -> None:
@@ -147,8 +147,11 @@ def sa_operator(cluster, tmp_path_factory):
 
 
 def test_rendered_clusterrole_is_least_privilege(cluster):
-    role = rendered_clusterrole(cluster)
-    for rule in role["rules"]:
+    roles = rendered_clusterroles(cluster)
+    assert sorted(roles) == ["kfrbac-kubeforge", "kfrbac-kubeforge-activator"]
+    activator = {r: set(rule["verbs"]) for rule in roles["kfrbac-kubeforge-activator"]["rules"] for r in rule["resources"]}
+    assert activator == {"endpointslices": {"list", "watch"}}, activator  # it reads, never writes
+    for rule in [r for role in roles.values() for r in role["rules"]]:
         for key in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule.get(key, []), f"wildcard in {key}: {rule}"
         assert not rule.get("nonResourceURLs"), rule
@@ -207,17 +210,20 @@ def inference_service(name: str, namespace: str, **spec) -> dict:
     }
 
 
+def serving_pods(cluster, namespace: str) -> list[dict]:
+    return [p for p in get_json(cluster, "pods", "-n", namespace, "-l", "kubeforge.io/inference-service=chat")["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+
+
 def test_inference_service_lifecycle_as_the_chart_serviceaccount(cluster, sa_operator, namespace, fleet):
     log = OperatorLog(cluster)
     fleet(cliques=1, nodes=1)
     apply(cluster, inference_service("chat", namespace))
 
-    dep = wait_for(lambda: (r := cluster.kubectl("get", "deployment", "chat", "-n", namespace, "-o", "json", check=False))
-                   .returncode == 0 and json.loads(r.stdout), timeout=60, what="the serving Deployment")
-    assert dep["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
-    assert dep["spec"]["replicas"] == 1
+    pods = wait_for(lambda: (p := serving_pods(cluster, namespace)) and p, timeout=60, what="the replica's pod")
+    assert pods[0]["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
     svc = get_json(cluster, "service", "chat", "-n", namespace)
-    assert svc["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
+    assert svc["metadata"]["ownerReferences"][0]["kind"] == "InferenceService" and not svc["spec"].get("selector")
 
     def status_with_conditions():
         s = get_json(cluster, "inferenceservice", "chat", "-n", namespace).get("status") or {}
@@ -226,19 +232,22 @@ def test_inference_service_lifecycle_as_the_chart_serviceaccount(cluster, sa_ope
     assert condition(st, "ScalingActive")["status"] == "False"  # no Prometheus answers: hold, never guess
     assert condition(st, "Ready")["status"] == "True"
     assert st["desiredReplicas"] == 1 and st["url"] == f"http://chat.{namespace}.svc:8000"
-    assert any(e["reason"] == "Created" for e in events_for(cluster, namespace, "chat"))
+    assert any(e["reason"] == "Admitted" for e in events_for(cluster, namespace, "chat"))
+    sl = wait_for(lambda: (r := cluster.kubectl("get", "endpointslice", "kubeforge-chat", "-n", namespace, "-o", "json",
+                                                check=False)).returncode == 0 and json.loads(r.stdout).get("endpoints")
+                  and json.loads(r.stdout), timeout=30, what="the Service's EndpointSlice with the replica")
+    assert sl["endpoints"][0]["targetRef"]["name"] == pods[0]["metadata"]["name"]
 
     cluster.kubectl("delete", "inferenceservice", "chat", "-n", namespace)
-    wait_for(lambda: cluster.kubectl("get", "deployment,service", "chat", "-n", namespace, "--ignore-not-found",
-                                     "-o", "name").stdout.strip() == "",
-             timeout=60, what="the Deployment and Service to be garbage-collected")
+    wait_for(lambda: cluster.kubectl("get", "pods,service,endpointslice", "-n", namespace, "-l",
+                                     "kubeforge.io/inference-service=chat", "-o", "name").stdout.strip() == "",
+             timeout=60, what="the pods, Service and EndpointSlice to be garbage-collected")
     assert not log.forbidden(), "RBAC gap (operator log):\n" + "\n".join(log.forbidden()[:20])
 
 
-def test_autoscaler_can_scale_the_deployment_as_the_chart_serviceaccount(cluster, sa_operator, namespace, fleet):
-    """Raising minReplicas makes the autoscaler resize the Deployment. The operator does that
-    through the ``deployments/scale`` subresource (``patch_namespaced_deployment_scale``), so
-    the ClusterRole must grant ``patch`` on ``deployments/scale``, not only on ``deployments``."""
+def test_autoscaler_can_scale_as_the_chart_serviceaccount(cluster, sa_operator, namespace, fleet):
+    """Raising minReplicas makes the autoscaler ask for a second replica group, which the
+    operator places and creates as the chart's ServiceAccount (pods, the EndpointSlice)."""
     log = OperatorLog(cluster)
     fleet(cliques=1, nodes=1)
     apply(cluster, inference_service("chat", namespace))
@@ -249,14 +258,10 @@ def test_autoscaler_can_scale_the_deployment_as_the_chart_serviceaccount(cluster
     def scaled_or_forbidden():
         if log.forbidden():
             return "forbidden"
-        replicas = get_json(cluster, "deployment", "chat", "-n", namespace)["spec"]["replicas"]
-        return replicas == 2 and "scaled"
-    outcome = wait_for(scaled_or_forbidden, timeout=45, what="the Deployment scaled to 2 (or a 403 in the log)")
-    # RBAC GAP when this fails: the chart grants deployments {patch} but the operator patches
-    # deployments/scale. Fix in charts/kubeforge/templates/clusterrole.yaml, not here.
+        return len([p for p in serving_pods(cluster, namespace) if p["spec"].get("nodeName")]) == 2 and "scaled"
+    outcome = wait_for(scaled_or_forbidden, timeout=45, what="two replicas bound (or a 403 in the log)")
     assert outcome == "scaled" and not log.forbidden(), (
-        "RBAC gap: the operator could not scale the Deployment as the chart's ServiceAccount:\n"
-        + "\n".join(log.forbidden()[:10]))
+        "RBAC gap: the operator could not scale as the chart's ServiceAccount:\n" + "\n".join(log.forbidden()[:10]))
     st = wait_for(lambda: (s := get_json(cluster, "inferenceservice", "chat", "-n", namespace).get("status") or {})
                   .get("desiredReplicas") == 2 and s, timeout=30, what="status.desiredReplicas 2")
     assert st["lastScaleDirection"] == "Up"

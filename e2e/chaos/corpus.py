@@ -46,7 +46,8 @@ from .kube import Kube, condition, jobs_path, live, object_path, pools_path
 REPORT_SECONDS = 30.0
 SETUP_SECONDS = 90.0
 HAPPY = {("Admitted", "True"), ("Running", "True"), ("Ready", "True"), ("ScalingActive", "True"),
-         ("ScalingLimited", "False"), ("Suspended", "False"), ("Preempted", "False")}
+         ("ScalingLimited", "False"), ("Suspended", "False"), ("Preempted", "False"), ("ReplicaGroupFailed", "False"),
+         ("SLOMet", "True"), ("TopologyReady", "True")}
 
 
 @dataclass

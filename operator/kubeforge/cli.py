@@ -16,6 +16,19 @@ def main() -> None:
     """kubeforge: gang-placed, topology-aware GPU training jobs and queue-autoscaled inference."""
 
 
+def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, str] | None:
+    """``NAMESPACE/NAME`` of a Service, as (namespace, name)."""
+    import re
+
+    if value is None:
+        return None
+    ns, sep, name = value.partition("/")
+    label = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+    if not sep or not re.match(label, ns) or not re.match(label, name):
+        raise click.BadParameter(f"must be NAMESPACE/NAME (DNS labels), got {value!r}")
+    return ns, name
+
+
 @main.command()
 @click.option("--namespace", "-n", "namespaces", multiple=True,
               help="Watch only these namespaces (repeatable). Default: the whole cluster.")
@@ -30,12 +43,18 @@ def main() -> None:
               help="Namespace of the leader Lease (default: $POD_NAMESPACE).")
 @click.option("--lease-name", default="kubeforge-operator", show_default=True, help="Name of the leader Lease.")
 @click.option("--prometheus-url-allow", "prometheus_allow", multiple=True,
-              help="A URL prefix an InferenceService's prometheusURL must start with (repeatable). "
-                   "Default: any URL.")
+              help="A URL prefix an InferenceService's prometheusURL may start with (repeatable); a "
+                   "prefix ending in ':' allows any port of that host. Default (none given): only "
+                   "in-cluster Service URLs (http://NAME.NAMESPACE.svc:PORT). The API server is never "
+                   "queried.")
+@click.option("--activator-service", default=None, metavar="NAMESPACE/NAME", callback=_service_ref,
+              help="The activator's Service (the chart's <release>-activator). InferenceServices with no "
+                   "ready replica get its ready addresses in their EndpointSlice, so requests are held, "
+                   "not refused. Default: none (requests at zero replicas are refused).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
-        verbose: bool) -> None:
+        activator_service: tuple[str, str] | None, verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -51,8 +70,13 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
     logging.getLogger("kubernetes_asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
     if metrics_port:
         metrics.serve(metrics_port, metrics_address)
+    if activator_service:
+        # The InferenceService runtime points services at zero replicas at these addresses once it
+        # writes their EndpointSlices (issue 14 item 4); until then the flag is only validated.
+        logging.getLogger("kubeforge").info("activator Service: %s/%s", *activator_service)
     rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
-                                 lease_namespace=lease_namespace, lease_name=lease_name))
+                                 lease_namespace=lease_namespace, lease_name=lease_name,
+                                 activator_service=activator_service))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,
@@ -64,6 +88,74 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
     )
     if stop.is_set() and leader_election:
         sys.exit(3)  # leadership lost: restart as a follower
+
+
+def _addresses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--own-address`` values, each possibly a comma-separated list (``status.podIPs``)."""
+    import ipaddress
+
+    out = []
+    for v in value:
+        for a in v.replace(",", " ").split():
+            try:
+                out.append(str(ipaddress.ip_address(a)))
+            except ValueError:
+                raise click.BadParameter(f"{a!r} is not an IP address") from None
+    return tuple(out)
+
+
+@main.command("activator")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address the proxy port binds.")
+@click.option("--port", default=8012, show_default=True, type=click.IntRange(1, 65535),
+              help="The proxy port: what the operator's 'activator' EndpointSlices point at.")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True,
+              help="Address of the metrics and health port.")
+@click.option("--metrics-port", default=9090, show_default=True, type=click.IntRange(1, 65535),
+              help="Port of GET /metrics, /healthz (alive) and /readyz (EndpointSlices listed).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A kubeconfig file. Default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config.")
+@click.option("--max-body-bytes", default=16 * 1024 * 1024, show_default=True, type=click.IntRange(1),
+              help="Largest request body accepted (413 beyond); held bodies are kept in memory.")
+@click.option("--max-requests", default=10_000, show_default=True, type=click.IntRange(1),
+              help="Requests held or forwarded at once, all services together (503 with Retry-After beyond).")
+@click.option("--forward-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a forwarded request may take, to the last byte of its response (504 beyond).")
+@click.option("--connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds to connect to a backend; a refused or timed-out connection tries another one.")
+@click.option("--retry-after", default=10, show_default=True, type=click.IntRange(0, 3600),
+              help="Seconds in the Retry-After header of 429 (queue full) and 503 (hold timeout) answers.")
+@click.option("--shutdown-grace", default=25.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to keep serving after SIGTERM while requests are held or in flight.")
+@click.option("--own-address", "own_addresses", multiple=True, envvar="POD_IPS", callback=_addresses,
+              help="This pod's IP addresses (repeatable or comma-separated; default $POD_IPS): never forwarded to.")
+@click.option("--identity", envvar="POD_NAME", default=None,
+              help="Value of the X-Kubeforge-Activator marker on forwarded requests (default: $POD_NAME, else the host name).")
+@click.option("--backend-override", default=None, metavar="URL",
+              help="FOR THE LOCAL SIMULATOR ONLY (kwok pods have fake IPs and there is no kube-proxy): send every "
+                   "forward to URL instead of the ready replica's address, keeping the Host header.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def activator_cmd(address: str, port: int, metrics_address: str, metrics_port: int, kubeconfig: str | None,
+                  max_body_bytes: int, max_requests: int, forward_timeout: float, connect_timeout: float,
+                  retry_after: int, shutdown_grace: float, own_addresses: tuple[str, ...], identity: str | None,
+                  backend_override: str | None, verbose: bool) -> None:
+    """Run the activator: hold requests for InferenceServices at zero ready replicas, forward
+    them once a replica is Ready (see docs/install.md, "The activator")."""
+    import asyncio
+    import socket
+
+    from kubeforge.activator import ActivatorConfig, serve
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if backend_override and not backend_override.startswith(("http://", "https://")):
+        raise click.BadParameter("must be an http:// or https:// URL", param_hint="--backend-override")
+    config = ActivatorConfig(max_body_bytes=max_body_bytes, max_requests=max_requests, forward_timeout=forward_timeout,
+                             connect_timeout=connect_timeout, retry_after=retry_after,
+                             backend_override=backend_override, own_addresses=own_addresses,
+                             identity=identity or socket.gethostname())
+    asyncio.run(serve(config, address=address, port=port, metrics_address=metrics_address, metrics_port=metrics_port,
+                      kubeconfig=kubeconfig, shutdown_grace=shutdown_grace))
 
 
 @main.group()
@@ -129,12 +221,24 @@ def sim_status(name: str) -> None:
 @main.command()
 @click.option("--name", default="kubeforge", show_default=True)
 @click.option("--fleet", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=DEFAULT_FLEET, show_default=True)
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the training pods to run.")
-def demo(name: str, fleet: Path, timeout: float) -> None:
-    """The local GPU cluster demo: cluster, CRDs, operator, examples, and where jobs landed."""
+@click.option("--timeout", default=120.0, show_default=True,
+              help="Seconds to wait for the training pods to run and the 405B groups to be Ready.")
+@click.option("--burst-seconds", default=16.0, show_default=True, type=click.FloatRange(2, 120),
+              help="Seconds of the replayed request burst (5 trace seconds each).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The PNG to draw (GPUs per NVLink domain; the chat service's replicas and queue). "
+                   "Default: OUT/demo.png.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
+              show_default=True, help="Folder for the picture and the samples (timeline.json).")
+def demo(name: str, fleet: Path, timeout: float, burst_seconds: float, plot: Path | None, out_dir: Path) -> None:
+    """The local GPU cluster demo: training jobs and a 405B service placed by NVLink domain, a chat
+    service autoscaled live through a burst of real trace requests, and a picture of it all."""
+    from kubeforge._demo.plot import matplotlib_missing
     from kubeforge.demo import run_demo
 
-    sys.exit(run_demo(name, fleet, timeout))
+    if plot is not None and (missing := matplotlib_missing()):
+        raise click.UsageError(f"--plot needs matplotlib: {missing}")
+    sys.exit(run_demo(name, fleet, timeout, burst_seconds=burst_seconds, plot=plot, out_dir=out_dir))
 
 
 @main.command()

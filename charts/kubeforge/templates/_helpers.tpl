@@ -71,6 +71,9 @@ app.kubernetes.io/component: operator
 {{- range .Values.prometheus.allowedURLs }}
 - --prometheus-url-allow={{ . }}
 {{- end }}
+{{- if .Values.activator.enabled }}
+- --activator-service={{ .Release.Namespace }}/{{ include "kubeforge.activatorName" . }}
+{{- end }}
 {{- if or .Values.verbose (eq .Values.logLevel "debug") }}
 - --verbose
 {{- end }}
@@ -79,4 +82,34 @@ app.kubernetes.io/component: operator
 {{/* The leader Lease's name. */}}
 {{- define "kubeforge.leaseName" -}}
 {{- default (include "kubeforge.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/* The activator's name (Deployment, Service, ServiceAccount, RBAC): <fullname>-activator. */}}
+{{- define "kubeforge.activatorName" -}}
+{{- printf "%s-activator" (include "kubeforge.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of the activator pods (immutable in a Deployment: never add to them). */}}
+{{- define "kubeforge.activatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubeforge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: activator
+{{- end }}
+
+{{/* Labels on every activator object. */}}
+{{- define "kubeforge.activatorLabels" -}}
+helm.sh/chart: {{ include "kubeforge.chart" . }}
+{{ include "kubeforge.activatorSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeforge
+{{- end }}
+
+{{/* The activator's ServiceAccount: its own when serviceAccount.create, else the operator's. */}}
+{{- define "kubeforge.activatorServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- include "kubeforge.activatorName" . }}
+{{- else }}
+{{- include "kubeforge.serviceAccountName" . }}
+{{- end }}
 {{- end }}

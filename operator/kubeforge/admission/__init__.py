@@ -8,22 +8,25 @@ the per-pool placement view (:func:`pool_view`), and one decision for the whole 
 
 from kubeforge.admission._ledger import Ledger, WorkloadKey, build_ledger, build_ledgers
 from kubeforge.admission._plan import (
-    BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, Serve, Wait, awaiting_admission, candidate_pools,
+    BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, PlaceGroup, Wait, awaiting_admission, candidate_pools,
     first_pool_index, gang_request, plan_admission, queued_since,
 )
-from kubeforge.admission._pools import PoolView, placeable, pool_members, pool_view
+from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, pool_members, pool_view
+from kubeforge.admission._request import GroupShape, group_request, group_shape, own_anti_affinity
 from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, preemption_message, quota_book
 from kubeforge.admission._round import Preempt
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
-    TERMINAL_JOB_PHASES, JobView, Snapshot, pool_capacity_type, pool_resource,
+    TERMINAL_JOB_PHASES, AssumedGroup, JobView, Snapshot, pool_capacity_type, pool_resource,
 )
 
 __all__ = [
+    "groups_that_fit",
+    "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
     "quota_book",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
-    "PoolView", "Serve", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
+    "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",
     "placeable", "pool_capacity_type", "pool_members", "pool_resource", "pool_status", "pool_view", "queued_since",
 ]

@@ -1,13 +1,15 @@
 """The one GPU ledger: who holds which GPUs on which node.
 
-Kueue's cache in miniature. Admitted work is *assumed*: a TrainingJob's placement holds its
+Kueue's cache in miniature. Admitted work is *assumed*: a TrainingJob's placement (and an
+InferenceService replica group's nodes, ``status.groups[].nodes``) holds its
 GPUs on its nodes from the moment it is decided (``status.placement``, or an assumed placement
 not yet written), whether or not its pods exist or are bound, so two gangs are never promised
 the same GPUs while pods are being created, and the ledger is rebuilt after a restart from what
 the API server keeps (placements in status, pods). Every other non-terminal pod that requests
 the resource and is bound to (or assigned to) a node holds its request there: InferenceService
 replicas, other workloads, and a job's pods of an older attempt that are still terminating. A
-job's pods of its current attempt are counted through the placement, never twice.
+job's pods of its current attempt (a group's pods of its current attempt) are counted through
+the placement (the group), never twice.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource
+from kubeforge.objects import groups_of, rank_gpus
 
 WorkloadKey = tuple[str, str, str]
 """(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)`` or
@@ -52,7 +55,9 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
     """The ledger of ``resource`` for ``snapshot`` (see the module docstring for the rules).
 
     A placement counts under the GPU resource of its pool only (a pool counts only its own
-    ``gpuResourceName``). A placement of a finished or suspended job holds nothing (its
+    ``gpuResourceName``), each of its nodes holding what one rank's pod requests by the
+    scheduler's rule (:func:`kubeforge.objects.rank_gpus`: sidecars and init containers that
+    ask for GPUs included), exactly what the pods will hold once bound. A placement of a finished or suspended job holds nothing (its
     placement is cleared in the same status write anyway).
     """
     led = Ledger(resource)
@@ -63,11 +68,24 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
             continue
         if pool_resource(snapshot.pools.get(pl.pool)) != resource:
             continue
-        per = job.record.spec.gpus_per_replica
+        per = rank_gpus(job.record, resource)
         who = ("TrainingJob",) + job.key
         for node in pl.nodes:
             led.hold(who, node, per)
         covered[job.key] = job.attempt
+    groups: dict[tuple[str, str, int], int] = {}
+    for key, svc in snapshot.services.items():
+        for g in groups_of(svc.status):
+            if g.holds and pool_resource(snapshot.pools.get(g.pool)) == resource:
+                for node in g.nodes:
+                    led.hold(("InferenceService",) + key, node, g.gpus_per_pod)
+                groups[key + (g.index,)] = g.attempt
+    for (key, index), a in snapshot.assumed_groups.items():
+        if key + (index,) in groups or pool_resource(snapshot.pools.get(a.placement.pool)) != resource:
+            continue
+        for node in a.placement.nodes:
+            led.hold(("InferenceService",) + key, node, a.gpus_per_pod)
+        groups[key + (index,)] = 0
     for pod in snapshot.pods:
         gpus = pod.requests.get(resource, 0)
         node = pod.where
@@ -75,6 +93,9 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
             continue
         if pod.job is not None and covered.get((pod.namespace, pod.job)) == pod.attempt:
             continue  # counted through its job's placement
+        if pod.service is not None and pod.group is not None and \
+                groups.get((pod.namespace, pod.service, pod.group)) == pod.attempt:
+            continue  # counted through its group's nodes
         if pod.service is not None:
             who: WorkloadKey = ("InferenceService", pod.namespace, pod.service)
         elif pod.job is not None:

@@ -6,9 +6,10 @@ against the ledger minus everything admitted before it in the same round (Kueue'
 order is Kueue's scheduler's: gangs that fit within their team's nominal quota first, then
 priority, then age. A borrower served before a team's own job would be the first thing that
 team reclaims: in a replay of the Alibaba trace (``e2e/bench_preemption.py``) priority-first
-order cost several times the preemptions. Then the InferenceService replicas waiting behind
-the admission gate get a node from what is left: serving never takes GPUs promised to a gang
-whose pods are still being created, and gangs, which waited longer, go first.
+order cost several times the preemptions. Then InferenceService replica groups (one or more
+pods, each group whole or not at all, inside one domain) get nodes from what is left: serving
+never takes GPUs promised to a gang whose pods are still being created, and gangs, which waited
+longer, go first.
 """
 
 from __future__ import annotations
@@ -20,23 +21,26 @@ from kubeforge.admission._ledger import Ledger, build_ledgers
 from kubeforge.admission._round import Admit, Preempt, Round, Wait
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
+from kubeforge.admission._request import gang_request, group_request, group_shape, own_anti_affinity  # noqa: F401
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
-from kubeforge.objects import ADMISSION_GATE, Key, Pod, condition, condition_time, status_time
-from kubeforge.placement import GangRequest, NodeFilter, PendingGang, Placement, place_gang, queue_order
+from kubeforge.objects import (
+    BLOCKED_UNTIL_SPEC_CHANGES, InferenceServiceRecord, Key, condition, condition_time, groups_of, status_time,
+)
+from kubeforge.placement import PendingGang, Placement, place_gang, queue_order
 
-BLOCKED_UNTIL_SPEC_CHANGES = ("InvalidSpec",)
-"""``Admitted=False`` reasons, at the job's current generation, that stop admission until the
-spec changes (the API server or the model refused something only an edit can fix)."""
 
 
 @dataclass(frozen=True)
-class Serve:
-    """A gated serving replica given ``node`` in ``pool``."""
+class PlaceGroup:
+    """An InferenceService replica group given nodes: ``placement`` in ``pool`` (worker w on
+    ``placement.nodes[w]``, the leader first), each pod holding ``gpus_per_pod``."""
 
-    pod: Key
-    node: str
+    key: Key
+    index: int
     pool: str
+    placement: Placement
+    gpus_per_pod: int
 
 
 @dataclass
@@ -47,7 +51,8 @@ class AdmissionPlan:
         admit: Gangs placed this round.
         wait: Gangs that wait, with the reason (a preempting gang waits too, ``Preempting``).
         preempt: Gangs that preempt others, with their victims and nominated GPUs.
-        serve: Serving replicas given a node.
+        groups: Serving replica groups given nodes.
+        serving_waits: Services with groups that found no room, with (reason, message).
         ledgers: The ledgers after the round (every admission counted), by resource.
         views: The pool views the round placed against (before its own admissions).
         quotas: Each pool's ``status.quotas`` after the round.
@@ -56,7 +61,8 @@ class AdmissionPlan:
     admit: list[Admit] = field(default_factory=list)
     wait: list[Wait] = field(default_factory=list)
     preempt: list[Preempt] = field(default_factory=list)
-    serve: list[Serve] = field(default_factory=list)
+    groups: list[PlaceGroup] = field(default_factory=list)
+    serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
 
@@ -128,21 +134,6 @@ def awaiting_admission(job: JobView, now: float) -> bool:
     return True
 
 
-def gang_request(spec: TrainingJobSpec) -> GangRequest:
-    """The placement request of a job: its shape, topology, and the template's own
-    tolerations and node constraints (so the nodes chosen are ones kube-scheduler accepts)."""
-    tmpl = spec.template.spec
-    mode = spec.topology.mode.value
-    return GangRequest(
-        replicas=spec.replicas,
-        gpus_per_replica=spec.gpus_per_replica,
-        mode=mode,  # type: ignore[arg-type]
-        level=spec.topology.level if mode != "None" else None,
-        tolerations=tuple(tmpl.get("tolerations") or ()),
-        node_filter=NodeFilter.from_pod_spec(tmpl),
-    )
-
-
 def queued_since(job: JobView) -> float:
     """When the job started waiting: the last time ``Admitted`` turned False, else creation."""
     adm = condition(job.status, "Admitted")
@@ -194,22 +185,59 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     return None
 
 
-def _serving_request(snapshot: Snapshot, pod: Pod, view: PoolView) -> GangRequest | None:
-    svc = snapshot.services.get((pod.namespace, pod.service or ""))
-    if svc is None or svc.spec is None:
-        return None
-    spec = svc.spec
-    tmpl = spec.template.spec
-    nf = NodeFilter.from_pod_spec(tmpl)
-    level = spec.topology.level if spec.topology.mode.value == "Required" else None
-    label = next((lv.node_label for lv in view.levels if lv.name == level), None) if level else None
-    if label is not None:  # each replica's node must belong to a domain of that level
-        extra = {"matchExpressions": [{"key": label, "operator": "Exists"}]}
-        terms = tuple({**t, "matchExpressions": list(t.get("matchExpressions") or []) + extra["matchExpressions"]}
-                      for t in (nf.terms if nf and nf.terms else ({},)))
-        nf = NodeFilter(nf.node_selector if nf else (), terms)
-    return GangRequest(1, spec.gpus_per_replica, mode="None",
-                       tolerations=tuple(tmpl.get("tolerations") or ()), node_filter=nf)
+def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]:
+    """The indices of ``svc``'s groups that want nodes now: groups released to be placed again
+    (in index order), then new indices up to ``status.desiredReplicas`` (failed groups keep
+    their index and count; draining ones are on their way out)."""
+    groups = groups_of(svc.status)
+    assumed = {i for (k, i) in snapshot.assumed_groups if k == svc.key}
+    waiting = [g.index for g in groups if not g.nodes and g.phase != "Failed" and g.index not in assumed]
+    active = sum(1 for g in groups if g.draining_since is None) + len(assumed - {g.index for g in groups})
+    want = max(0, int(svc.status.get("desiredReplicas") or 0) - active)
+    used = {g.index for g in groups} | assumed
+    fresh, i = [], 0
+    while len(fresh) < want:
+        if i not in used:
+            fresh.append(i)
+        i += 1
+    return waiting + fresh
+
+
+def _place_groups(plan: AdmissionPlan, snapshot: Snapshot, taken: dict[str, dict[str, int]]) -> None:
+    """Give serving replica groups nodes from what the gangs left, oldest service first, whole
+    groups only (one domain of the level for a group of several pods)."""
+    for svc in sorted(snapshot.services.values(), key=lambda s: (s.created, s.namespace, s.name)):
+        if svc.deleting or svc.spec is None or svc.namespace in snapshot.terminating:
+            continue
+        wanted = _groups_wanted(svc, snapshot)
+        if not wanted:
+            continue
+        notes: list[str] = []
+        permanent = True
+        for index in wanted:
+            placed = False
+            for pool in svc.spec.pools:
+                view = plan.views.get(pool)
+                if view is None:
+                    notes.append(f"GPUPool {pool!r} does not exist")
+                    continue
+                shape = group_shape(svc, view)
+                if isinstance(shape, str):
+                    notes.append(shape)
+                    continue
+                result = place_gang(group_request(svc, view, shape), view.nodes, view.levels, taken[view.resource])
+                if isinstance(result, Placement):
+                    for node, gpus in result.gpus_by_node.items():
+                        taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus
+                    plan.groups.append(PlaceGroup(svc.key, index, pool, result, shape.held))
+                    placed = True
+                    break
+                permanent = permanent and result.permanent
+                notes.append(f"pool {pool}: {result.reason}" if len(svc.spec.pools) > 1 else result.reason)
+            if not placed:
+                reason = "Unschedulable" if permanent else "WaitingForCapacity"
+                plan.serving_waits[svc.key] = (reason, "; ".join(dict.fromkeys(notes)))
+                break  # the next group of this service would not fit either
 
 
 def _nominal_first(rnd: Round, ordered: list[PendingGang], by_key: Mapping[str, JobView]) -> list[PendingGang]:
@@ -247,10 +275,10 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     by_key: dict[str, JobView] = {}
     queue = []
     for job in snapshot.jobs.values():
-        if awaiting_admission(job, now):
+        if awaiting_admission(job, now) and job.record.namespace not in snapshot.terminating:
             k = f"{job.key[0]}/{job.key[1]}"
             try:
-                request = gang_request(job.record.spec)  # type: ignore[arg-type]
+                request = gang_request(job.record)
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 # One malformed template must never stop admission for the whole cluster: the
                 # job waits (InvalidSpec, until its spec changes) and the round goes on.
@@ -287,20 +315,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.waits = waits
     memo.settle(plan.views, taken)
 
-    gated = sorted((p for p in snapshot.pods if ADMISSION_GATE in p.gates and not p.deleting and p.service and p.pool),
-                   key=lambda p: (p.created, p.namespace, p.name))
-    for pod in gated:
-        view = plan.views.get(pod.pool or "")
-        if view is None:
-            continue
-        request = _serving_request(snapshot, pod, view)
-        if request is None:
-            continue
-        result = place_gang(request, view.nodes, view.levels, taken[view.resource])
-        if isinstance(result, Placement):
-            node = result.nodes[0]
-            taken[view.resource][node] = taken[view.resource].get(node, 0) + request.gpus_per_replica
-            plan.serve.append(Serve((pod.namespace, pod.name), node, view.name))
+    _place_groups(plan, snapshot, taken)
 
     for resource, extra in taken.items():
         led = plan.ledgers[resource]

@@ -3,12 +3,12 @@ topology levels. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
 from kubeforge.objects import Node, PoolRecord
-from kubeforge.placement import NodeInfo, TopologyLevel, detect_levels, node_info, with_paths
+from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, detect_levels, node_info, place_gang, with_paths
 from kubeforge.selectors import selector_matches
 
 
@@ -90,3 +90,25 @@ def placeable(view: PoolView, held: Mapping[str, int], gpus_per_replica: int, cu
     """
     extra = sum(max(0, n.gpus_allocatable - held.get(n.name, 0)) // gpus_per_replica for n in view.nodes if n.usable)
     return current + max(0, extra - unplaced)
+
+
+def groups_that_fit(view: PoolView, held: Mapping[str, int], request: GangRequest, limit: int) -> tuple[int, str | None]:
+    """How many more whole replica groups of ``request`` the pool can place now (at most
+    ``limit``), placing them one after another on what ``held`` leaves free, and, when fewer than
+    ``limit`` fit, placement's reason why the next one does not (which domain lacks how much).
+
+    Args:
+        view: The pool.
+        held: GPUs held per node (the ledger after the last admission round).
+        request: One group (:func:`kubeforge.admission.group_request`).
+        limit: The most groups wanted (>= 0).
+    """
+    nodes = [replace(n, gpus_allocated=held.get(n.name, n.gpus_allocated)) for n in view.nodes]
+    taken: dict[str, int] = {}
+    for n in range(limit):
+        result = place_gang(request, nodes, view.levels, taken)
+        if not isinstance(result, Placement):
+            return n, result.reason
+        for node, gpus in result.gpus_by_node.items():
+            taken[node] = taken.get(node, 0) + gpus
+    return limit, None

@@ -32,8 +32,8 @@ from typing import Mapping, Sequence
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._snapshot import JobView
-from kubeforge.api import PreemptionPolicy
-from kubeforge.objects import Key, PoolRecord, condition_time, status_time
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, PreemptionPolicy
+from kubeforge.objects import Key, PoolRecord, condition_time, rank_gpus, status_time
 from kubeforge.placement import GangRequest, Placement, place_gang
 
 UNLISTED = "*"
@@ -161,13 +161,13 @@ def checkpoint_age(job: JobView, now: float) -> float:
     return max(0.0, now - since)
 
 
-def lost_work(job: JobView, now: float) -> float:
-    """GPU-seconds a running gang would lose if stopped now: :func:`checkpoint_age` times its
-    GPUs."""
+def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAME) -> float:
+    """GPU-seconds a running gang would lose if stopped now: :func:`checkpoint_age` times the
+    GPUs of ``resource`` it holds (:func:`kubeforge.objects.rank_gpus` per node)."""
     spec, pl = job.record.spec, job.placement
     if spec is None or pl is None:
         return 0.0
-    return checkpoint_age(job, now) * len(pl.nodes) * spec.gpus_per_replica
+    return checkpoint_age(job, now) * len(pl.nodes) * rank_gpus(job.record, resource)
 
 
 def _eligible(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
@@ -222,7 +222,7 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
     if not candidates:
         return None
     free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
-    if free + sum(len(v.placement.nodes) * v.record.spec.gpus_per_replica for v, _ in candidates) < gpus:  # type: ignore[union-attr]
+    if free + sum(len(v.placement.nodes) * rank_gpus(v.record, view.resource) for v, _ in candidates) < gpus:  # type: ignore[union-attr]
         return None  # even every candidate would not make room
     # Cheapest GPUs first: the work lost per GPU freed (the age of the last checkpoint), then
     # the lowest priority, the newest. Greedy by cost per unit freed loses far less in all than
@@ -239,11 +239,11 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
         vteam = book.team(v.record.namespace)
         if reason == QUOTA_RECLAIM and used.get(vteam, 0) <= book.nominal.get(vteam, 0):
             continue  # that team no longer borrows: reclaim stops there
-        per = v.record.spec.gpus_per_replica  # type: ignore[union-attr]
+        per = rank_gpus(v.record, view.resource)
         by_node: dict[str, int] = {}
         for n in v.placement.nodes:  # type: ignore[union-attr]
             by_node[n] = by_node.get(n, 0) + per
-        chosen.append(Victim(v.key, reason, lost_work(v, now), by_node))
+        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource), by_node))
         for n, g in by_node.items():
             freed[n] = freed.get(n, 0) + g
         used[vteam] = used.get(vteam, 0) - sum(by_node.values())

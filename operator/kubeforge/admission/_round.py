@@ -8,9 +8,11 @@ from typing import Mapping
 
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
+from kubeforge.admission._request import gang_request
 from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
 from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
-from kubeforge.objects import Key, PlacementRecord
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
+from kubeforge.objects import Key, PlacementRecord, gpu_request_conflict
 from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
 
 
@@ -102,6 +104,7 @@ class Round:
             return self._place(job, request, pools, allowed)
         pool, by_node = own
         view = self.views[pool]
+        request = self._request(job, request, view.resource)
         self._add(view.resource, by_node, -1)  # its own nomination is its to use
         result = place_gang(request, view.nodes, view.levels, self.taken[view.resource])
         if isinstance(result, Placement):
@@ -127,12 +130,17 @@ class Round:
             if view is None:
                 notes.append(f"GPUPool {name!r} does not exist")
                 continue
-            refusal = self.books[name].refusal(ns, request.gpus)
+            spec = job.record.spec
+            conflict = gpu_request_conflict(spec.template.spec, spec.gpus_per_replica, view.resource)  # type: ignore[union-attr]
+            if conflict:
+                return Wait(job.key, "InvalidSpec", conflict)
+            req = self._request(job, request, view.resource)
+            refusal = self.books[name].refusal(ns, req.gpus)
             if refusal:
                 permanent_everywhere = False
                 notes.append(f"pool {name}: {refusal}" if len(pools) > 1 else refusal)
                 continue
-            result = place_gang(request, view.nodes, view.levels, self.taken[view.resource])
+            result = place_gang(req, view.nodes, view.levels, self.taken[view.resource])
             if isinstance(result, Placement):
                 self._admit(job, name, result)
                 return Admit(job.key, name, result)
@@ -140,7 +148,8 @@ class Round:
             permanent_everywhere = permanent_everywhere and nofit.permanent
             notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
         for name in tried:
-            pre = self._preempt(job, request, name)
+            view = self.views.get(name)
+            pre = self._preempt(job, self._request(job, request, view.resource), name) if view else None
             if pre is not None:
                 return pre
         if all(n.startswith("GPUPool ") for n in notes):
@@ -149,6 +158,14 @@ class Round:
             return Wait(job.key, "QuotaExceeded", "; ".join(notes))
         reason = "Unschedulable" if permanent_everywhere and tried and tried[-1] == pools[-1] else "WaitingForCapacity"
         return Wait(job.key, reason, "; ".join(notes))
+
+    @staticmethod
+    def _request(job: JobView, request: GangRequest, resource: str) -> GangRequest:
+        """``request`` (made for the default GPU resource) for a pool counting ``resource``: what
+        one rank holds depends on which resource the pool counts."""
+        if resource == DEFAULT_GPU_RESOURCE_NAME:
+            return request
+        return gang_request(job.record, resource)
 
     def _admit(self, job: JobView, pool: str, placement: Placement) -> None:
         view = self.views[pool]

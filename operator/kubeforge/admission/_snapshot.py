@@ -54,6 +54,23 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class AssumedGroup:
+    """A replica group admission placed that the service's ``status.groups`` does not show yet
+    (Kueue's assumed workload, for serving): it holds its GPUs in the ledger from the moment it
+    is decided.
+
+    Attributes:
+        index: The group's index.
+        placement: Its pool, nodes (leader first), level and domain.
+        gpus_per_pod: What each pod holds (the scheduler's count, sidecars included).
+    """
+
+    index: int
+    placement: PlacementRecord
+    gpus_per_pod: int
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one admission round reads, as plain data.
 
@@ -69,6 +86,9 @@ class Snapshot:
         nominations: Gangs that preempted others: key -> (pool, GPUs per node promised to
             them until their victims' GPUs are free).
         preempting: Gangs being preempted now (never chosen again until they stop).
+        terminating: Namespaces being deleted: nothing there is admitted or given a node.
+        assumed_groups: Replica groups admission placed that their service's status does not
+            show yet, by (service key, index).
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -80,6 +100,8 @@ class Snapshot:
     claims: Mapping[Key, str] = field(default_factory=dict)
     nominations: Mapping[Key, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
     preempting: frozenset[Key] = frozenset()
+    terminating: frozenset[str] = frozenset()
+    assumed_groups: Mapping[tuple[Key, int], AssumedGroup] = field(default_factory=dict)
 
 
 def pool_resource(pool: PoolRecord | None) -> str:

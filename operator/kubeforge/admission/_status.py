@@ -7,9 +7,45 @@ from typing import Any
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.builders.common import set_condition
-from kubeforge.placement import GpuCounts, summarize_pool
+from kubeforge.placement import GpuCounts, detect_levels, summarize_pool
 
 MAX_WORKLOADS = 4096  # the CRD's bound on status.workloads
+
+NO_NODES = "NoNodes"
+"""``Ready=False``: the selector matches no node, or none of the matched nodes has the pool's
+GPU resource (a typo in ``gpuResourceName``, or the device plugin is not running)."""
+LEVEL_LABEL_MISSING = "LevelLabelMissing"
+"""``TopologyReady=False``: a level of ``spec.topologyLevels`` names a label no node of the pool
+carries; gangs that ask for that level cannot be placed."""
+
+
+def _ready(view: PoolView, nodes_usable: int, nodes_total: int, free: int) -> tuple[bool, str, str]:
+    rec = view.record
+    if rec.spec is None:  # say what is wrong, not "matches no node" (an invalid selector selects nothing)
+        return False, "InvalidSpec", rec.spec_error or "invalid spec"
+    if not view.nodes:
+        return False, NO_NODES, "nodeSelector matches no node"
+    if not any(n.gpus_capacity for n in view.nodes):
+        others = sorted({k for n in view.nodes for k in n.resources if "/" in k})
+        return False, NO_NODES, (
+            f"nodeSelector matches {len(view.nodes)} nodes but none of them has {view.resource} (gpuResourceName)"
+            + (f"; they offer {', '.join(others[:5])}" if others else "; they offer no extended resource"))
+    return (nodes_usable > 0, "NodesReady" if nodes_usable else "NoUsableNodes",
+            f"{nodes_usable} of {nodes_total} nodes usable; {free} GPUs free")
+
+
+def _topology(view: PoolView) -> tuple[bool, str, str]:
+    if view.levels_source != "Spec":
+        names = ", ".join(f"{lv.name} ({lv.node_label})" for lv in view.levels) or "none"
+        return True, "LevelsDetected", f"levels detected from node labels: {names}"
+    missing = [lv for lv in view.levels if not any(lv.node_label in n.labels for n in view.nodes)]
+    if not missing or not view.nodes:
+        return True, "LevelsFound", "every level of spec.topologyLevels is on the pool's nodes"
+    detected = ", ".join(f"{lv.name} ({lv.node_label})" for lv in detect_levels(view.nodes)) or "none"
+    what = "; ".join(f"level {lv.name}: no node of the pool carries label {lv.node_label}" for lv in missing)
+    return False, LEVEL_LABEL_MISSING, (
+        f"{what}; gangs that ask for it cannot be placed. spec.topologyLevels replaces the detected "
+        f"levels, which would be: {detected}")
 
 
 def _counts(c: GpuCounts) -> dict[str, int]:
@@ -32,14 +68,10 @@ def pool_status(view: PoolView, ledger: Ledger, now: float, quotas: list[dict[st
     rec = view.record
     old = rec.status or {}
     gen = rec.generation
-    if rec.spec is None:  # say what is wrong, not "matches no node" (an invalid selector selects nothing)
-        conds = set_condition(old.get("conditions"), "Ready", False, "InvalidSpec", rec.spec_error or "invalid spec", now, gen)
-    elif not view.nodes:
-        conds = set_condition(old.get("conditions"), "Ready", False, "NoNodes", "nodeSelector matches no node", now, gen)
-    else:
-        conds = set_condition(old.get("conditions"), "Ready", s.nodes_usable > 0,
-                              "NodesReady" if s.nodes_usable else "NoUsableNodes",
-                              f"{s.nodes_usable} of {s.nodes_total} nodes usable; {s.gpus.free} GPUs free", now, gen)
+    ok, reason, message = _ready(view, s.nodes_usable, s.nodes_total, s.gpus.free)
+    conds = set_condition(old.get("conditions"), "Ready", ok, reason, message, now, gen)
+    ok, reason, message = _topology(view)
+    conds = set_condition(conds, "TopologyReady", ok, reason, message, now, gen)
     names = {n.name for n in view.nodes}
     workloads = []
     for (kind, ns, name), per_node in sorted(ledger.per_workload.items()):

@@ -249,7 +249,10 @@ class GPUPoolStatus(KubeModel):
         description="observedGeneration is the .metadata.generation this status was computed "
         "from.",
     )
-    conditions: list[Condition] = conditions_field("Ready")
+    conditions: list[Condition] = conditions_field(
+        "Ready: False with NoNodes when the nodeSelector matches no node or no matched node has "
+        "gpuResourceName, NoUsableNodes, InvalidSpec; TopologyReady: False with LevelLabelMissing "
+        "when a level of spec.topologyLevels names a label no node of the pool carries")
     topology_levels: list[EffectiveTopologyLevel] = Field(
         default_factory=list,
         max_length=8,

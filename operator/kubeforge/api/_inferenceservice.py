@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .. import API_VERSION
-from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, name_rules, schema_default
+from ._activation import Activation
+from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, MAX_NAME_LENGTH, KubeModel, name_rules, schema_default
 from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
@@ -35,7 +36,7 @@ class ServingTopology(KubeModel):
 
 
 class Metric(str, Enum):
-    """Metric is the queue metric that drives autoscaling."""
+    """Metric is the queue metric that drives autoscaling in queue-depth mode (no slo)."""
 
     VLLM_WAITING = "VLLMWaiting"
     SGLANG_QUEUE = "SGLangQueue"
@@ -57,16 +58,18 @@ class ScaleUpRules(KubeModel):
         ge=1,
         le=1000,
         description="maxStep is the most replicas added in one periodSeconds (the Kubernetes "
-        "HPA's Pods scale-up policy). The default, 1 per 10 s, paces the ramp to how long a "
-        "GPU replica takes to start: replicas asked for a burst that drains before they are "
-        "Ready only cost money. A queue above 8 times what the current replicas carry at "
-        "targetPerReplica lifts the limit (panic mode, after Knative's).",
+        "HPA's Pods scale-up policy), in queue-depth mode. The default, 1 per 10 s, paces the "
+        "ramp to how long a GPU replica takes to start: replicas asked for a burst that drains "
+        "before they are Ready only cost money. A queue above 8 times what the current "
+        "replicas carry at targetPerReplica lifts the limit (panic mode, after Knative's). "
+        "With slo set it does not apply: the queue model computes the replicas needed and "
+        "scale-up goes there in one step (bounded by maxReplicas and the pool).",
     )
     period_seconds: int = Field(
         default=10,
         ge=1,
         le=1800,
-        description="periodSeconds is the period that maxStep applies to.",
+        description="periodSeconds is the period that maxStep applies to (queue-depth mode).",
     )
 
 
@@ -80,13 +83,15 @@ class ScaleDownRules(KubeModel):
         description="stabilizationWindowSeconds: the service scales down to the highest "
         "recommendation of this window, so a short lull does not remove replicas. The "
         "default, 300, is the Kubernetes HPA's: bursts that recur within 5 minutes find the "
-        "replicas still there instead of scaling down and back up.",
+        "replicas still there instead of scaling down and back up. It applies in both modes; "
+        "with slo it is what holds the replicas through a day's noise.",
     )
     max_step: int = Field(
         default=1,
         ge=1,
         le=1000,
-        description="maxStep is the most replicas removed in one periodSeconds.",
+        description="maxStep is the most replicas removed in one periodSeconds (both modes; "
+        "each removed replica is drained first).",
     )
     period_seconds: int = Field(
         default=30,
@@ -96,9 +101,67 @@ class ScaleDownRules(KubeModel):
     )
 
 
+class LatencySLO(KubeModel):
+    """LatencySLO is the latency the service is sized for, measured from vLLM's histograms.
+
+    The names are vLLM's metric names (vllm:time_to_first_token_seconds,
+    vllm:inter_token_latency_seconds) in the unit they are exported in, so a target reads
+    directly against histogram_quantile over them; llm-d and NVIDIA Dynamo call the same
+    quantities TTFT and ITL."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.timeToFirstTokenSeconds) || has(self.interTokenLatencySeconds)",
+                    "message": "slo needs timeToFirstTokenSeconds, interTokenLatencySeconds or both",
+                }
+            ]
+        }
+    )
+
+    time_to_first_token_seconds: Optional[float] = Field(
+        default=None,
+        gt=0,
+        le=600,
+        description="timeToFirstTokenSeconds is the time-to-first-token target at percentile, "
+        "in seconds: queue wait plus prefill, as vllm:time_to_first_token_seconds measures it "
+        "(an interactive chat often takes 0.5 to 2). It cannot be below the prefill time of "
+        "the prompts: SLOMet then says PrefillAboveTarget.",
+    )
+    inter_token_latency_seconds: Optional[float] = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="interTokenLatencySeconds is the inter-token-latency target at percentile, "
+        "in seconds between two output tokens (vllm:inter_token_latency_seconds; reading "
+        "speed is about 0.1 to 0.2). More requests per replica raise it, so it bounds how "
+        "many requests each replica may run.",
+    )
+    percentile: int = Field(
+        default=90,
+        ge=50,
+        le=99,
+        description="percentile is the percentile both targets are for: 90 means 90 in 100 "
+        "requests (tokens, for ITL) within the target. 90, the default, leaves the slowest "
+        "tenth (the longest prompts, the first seconds of a burst) out; 99 keeps headroom "
+        "against bursts, at the cost of more replicas.",
+    )
+    window_seconds: int = Field(
+        default=60,
+        ge=10,
+        le=900,
+        description="windowSeconds is the window of the measured rates and percentiles "
+        "(Prometheus rate and histogram_quantile range); at least 4 scrape intervals. "
+        "Shorter reacts sooner and measures noisier.",
+    )
+
+
 class Autoscaling(KubeModel):
-    """Autoscaling sizes the service from a queue metric read from Prometheus:
-    desired = ceil(metric / targetPerReplica), within minReplicas and maxReplicas."""
+    """Autoscaling sizes the service from metrics read from Prometheus. Without slo
+    (queue-depth mode, the default): desired = ceil(metric / targetPerReplica). With slo:
+    the replicas a queue model needs to meet the latency targets. Always within minReplicas
+    and maxReplicas."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -106,7 +169,12 @@ class Autoscaling(KubeModel):
                 {
                     "rule": "self.metric != 'Custom' || (has(self.query) && self.query != '')",
                     "message": "autoscaling.query is required when autoscaling.metric is Custom",
-                }
+                },
+                {
+                    "rule": "!has(self.slo) || self.metric == 'VLLMWaiting'",
+                    "message": "autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
+                    "VLLMWaiting (the default) when slo is set",
+                },
             ]
         }
     )
@@ -124,8 +192,10 @@ class Autoscaling(KubeModel):
     )
     metric: Metric = Field(
         default=Metric.VLLM_WAITING,
-        description="metric is VLLMWaiting (sum of vllm:num_requests_waiting over the "
-        "service's pods), SGLangQueue (sum of sglang:num_queue_reqs) or Custom (query).",
+        description="metric is the queue of queue-depth mode: VLLMWaiting (sum of "
+        "vllm:num_requests_waiting over the service's pods plus the requests the activator "
+        "holds while it has no ready replica), SGLangQueue (sum of sglang:num_queue_reqs) or "
+        "Custom (query). With slo set it must stay VLLMWaiting.",
     )
     query: Optional[str] = Field(
         default=None,
@@ -137,20 +207,22 @@ class Autoscaling(KubeModel):
     target_per_replica: float = Field(
         default=4.0,
         gt=0,
-        description="targetPerReplica is the queue length that one replica should carry.",
+        description="targetPerReplica is the queue length that one replica should carry "
+        "(queue-depth mode).",
     )
     tolerance: float = Field(
         default=0.1,
         ge=0,
         le=1,
         description="tolerance is the relative change (metric per replica against target) "
-        "below which the replica count is left alone.",
+        "below which the replica count is left alone (queue-depth mode).",
     )
     activation_threshold: float = Field(
         default=0.0,
         ge=0,
         description="activationThreshold: a service at zero replicas is scaled up only when "
-        "the metric is above this value (as KEDA's activation threshold).",
+        "the metric is above this value (as KEDA's activation threshold). With slo, the metric "
+        "is the requests in the service: waiting, held by the activator and running.",
     )
     scale_to_zero_after_seconds: int = Field(
         default=300,
@@ -175,12 +247,90 @@ class Autoscaling(KubeModel):
         description="scaleDown limits how fast replicas are removed.",
         json_schema_extra=schema_default(ScaleDownRules),
     )
+    slo: Optional[LatencySLO] = Field(
+        default=None,
+        description="slo switches the service to SLO mode: from the measured arrival rate, "
+        "time a request runs and what one replica holds, an M/M/c queue model computes the "
+        "replicas that keep the time-to-first-token percentile at its target (and a linear "
+        "model of ITL against running requests, the inter-token latency), and scale-up goes "
+        "there at once. Left out, the service scales on queue depth (metric).",
+    )
 
     @model_validator(mode="after")
     def _custom_needs_query(self) -> "Autoscaling":
         if self.metric == Metric.CUSTOM and not self.query:
             raise ValueError("autoscaling.query is required when autoscaling.metric is Custom")
+        if self.slo is not None and self.metric != Metric.VLLM_WAITING:
+            raise ValueError("autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
+                             "VLLMWaiting (the default) when slo is set")
         return self
+
+
+class Parallelism(KubeModel):
+    """Parallelism is how one replica's model is split over GPUs (data parallelism is the number
+    of replicas). vLLM's and SGLang's names: tensor parallel inside a node's NVLink, pipeline
+    parallel across nodes."""
+
+    tensor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="tensor is the tensor-parallel size (vLLM --tensor-parallel-size, SGLang --tp-size).",
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=32,
+        description="pipeline is the pipeline-parallel size (vLLM --pipeline-parallel-size, SGLang --pp-size).",
+    )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tensor x pipeline."""
+        return self.tensor * self.pipeline
+
+
+class Engine(str, Enum):
+    """Engine is the model server that runs a multi-node replica; the operator writes its
+    distributed start commands and flags."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    NONE = "none"
+
+
+class StartupPolicy(str, Enum):
+    """StartupPolicy says when a multi-node replica's workers are created (LeaderWorkerSet's
+    names)."""
+
+    LEADER_CREATED = "LeaderCreated"
+    LEADER_READY = "LeaderReady"
+
+
+DEFAULT_MAX_GROUP_RESTARTS = 5
+"""Group recreations allowed before a replica group is marked failed (LeaderWorkerSet KEP-820's
+proposed default)."""
+
+
+class MultiNode(KubeModel):
+    """MultiNode configures replicas whose model spans several nodes: each replica is a group of
+    pods (a leader that serves and is the Service's endpoint, and workers), placed, restarted and
+    scaled as one gang, the LeaderWorkerSet way."""
+
+    startup_policy: StartupPolicy = Field(
+        default=StartupPolicy.LEADER_CREATED,
+        description="startupPolicy is LeaderCreated (all pods of a group are created together, "
+        "LeaderWorkerSet's default) or LeaderReady (workers are created once the leader is Ready).",
+    )
+    max_group_restarts: int = Field(
+        default=DEFAULT_MAX_GROUP_RESTARTS,
+        ge=0,
+        le=1000,
+        description="maxGroupRestarts is how many times a group is recreated after one of its pods "
+        "failed, was evicted, deleted or preempted, or its node was lost, before the group is "
+        "marked failed (its GPUs released, a ReplicaGroupFailed condition and Event) until the "
+        "spec changes. Default 5 (LeaderWorkerSet KEP-820).",
+    )
 
 
 class InferenceServiceSpec(KubeModel):
@@ -192,18 +342,71 @@ class InferenceServiceSpec(KubeModel):
                 {
                     "rule": "self.minReplicas <= self.maxReplicas",
                     "message": "minReplicas must be less than or equal to maxReplicas",
-                }
+                },
+                {
+                    "rule": "!has(self.parallelism) || !has(self.gpusPerReplica) || "
+                    "self.gpusPerReplica == self.parallelism.tensor * self.parallelism.pipeline",
+                    "message": "gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)",
+                },
             ]
         }
     )
 
     pools: list[PoolName] = pools_field("service's replicas")
-    gpus_per_replica: int = Field(
-        default=1,
+    gpus_per_replica: Optional[int] = Field(
+        default=None,
         ge=1,
         le=64,
-        description="gpusPerReplica is the number of GPUs each replica (model-server pod) "
-        "requests.",
+        description="gpusPerReplica is the number of GPUs of one replica. Default: "
+        "parallelism.tensor x parallelism.pipeline when parallelism is set, else 1. Without "
+        "parallelism a replica is one pod, which must fit one node (a larger one waits, "
+        "Unschedulable); with parallelism a replica needing more GPUs than one node has becomes a "
+        "group of pods, one per node, each taking a whole node's GPUs.",
+    )
+    parallelism: Optional[Parallelism] = Field(
+        default=None,
+        description="parallelism is the tensor x pipeline split of one replica's model. A replica "
+        "larger than a node of the pool runs as a group of nodesPerReplica = tensor x pipeline / "
+        "GPUs per node pods (which must divide evenly), inside one domain of topology.level.",
+    )
+    engine: Engine = Field(
+        default=Engine.VLLM,
+        description="engine is vllm (default), sglang or none. For a replica of several pods the "
+        "operator writes the engine's distributed start into the leader and workers (vllm: ray "
+        "head on the leader, then the template's command with --tensor-parallel-size and "
+        "--pipeline-parallel-size; workers join the leader's ray cluster; sglang: --tp-size, "
+        "--pp-size, --nnodes, --node-rank and --dist-init-addr on every pod); none leaves the "
+        "template's command alone. Every pod gets LeaderWorkerSet's LWS_LEADER_ADDRESS, "
+        "LWS_GROUP_SIZE and LWS_WORKER_INDEX either way.",
+    )
+    multi_node: MultiNode = Field(
+        default_factory=MultiNode,
+        description="multiNode configures replicas of several pods.",
+        json_schema_extra=schema_default(MultiNode),
+    )
+    startup_timeout_seconds: int = Field(
+        default=600,
+        ge=30,
+        le=86400,
+        description="startupTimeoutSeconds: a replica whose pods are not all bound and started "
+        "this long after they were given their nodes is placed again elsewhere (counted in "
+        "status, reason in its condition and one Warning Event). A pod that is bound and pulling "
+        "its image or loading its model is not cut short for being slow; only one that cannot be "
+        "scheduled or is stuck (ErrImagePull, CrashLoopBackOff, ...) is.",
+    )
+    drain_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="drainSeconds: a replica removed by a scale-down or a rollout first leaves the "
+        "Service (no new requests) and is deleted once its running requests reach 0 "
+        "(vllm:num_requests_running) or after this many seconds.",
+    )
+    activation: Activation = Field(
+        default_factory=Activation,
+        description="activation says how requests that arrive while no replica is ready are held "
+        "by the kubeforge activator.",
+        json_schema_extra=schema_default(Activation),
     )
     template: PodTemplate = Field(
         description="template is the pod template of every replica (a core/v1 "
@@ -247,7 +450,17 @@ class InferenceServiceSpec(KubeModel):
     def _min_below_max(self) -> "InferenceServiceSpec":
         if self.min_replicas > self.max_replicas:
             raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        if self.parallelism is not None and self.gpus_per_replica is not None and \
+                self.gpus_per_replica != self.parallelism.gpus:
+            raise ValueError("gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)")
         return self
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one replica: gpusPerReplica, else tensor x pipeline, else 1 (the defaults)."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        return self.parallelism.gpus if self.parallelism is not None else 1
 
 
 class ScaleDirection(str, Enum):
@@ -255,6 +468,56 @@ class ScaleDirection(str, Enum):
 
     UP = "Up"
     DOWN = "Down"
+
+
+class GroupPhase(str, Enum):
+    """GroupPhase is where one replica group is in its life."""
+
+    STARTING = "Starting"
+    READY = "Ready"
+    DRAINING = "Draining"
+    FAILED = "Failed"
+
+
+class DrainReason(str, Enum):
+    """DrainReason says why a group is draining."""
+
+    SCALE_DOWN = "ScaleDown"
+    ROLLOUT = "Rollout"
+
+
+class ReplicaGroup(KubeModel):
+    """ReplicaGroup is one replica: its pods' nodes (leader first), where they are and how it is."""
+
+    index: int = Field(ge=0, le=10000, description="index of the group (pods carry it as kubeforge.io/group-index).")
+    attempt: int = Field(default=0, ge=0, description="attempt moves by one each time the group is recreated; "
+                         "pods carry it as kubeforge.io/restart-attempt.")
+    phase: GroupPhase = Field(default=GroupPhase.STARTING, description="phase is Starting, Ready, Draining or Failed.")
+    pool: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="pool is the GPUPool the group is in.")
+    level: Optional[str] = Field(default=None, max_length=MAX_LABEL_LENGTH, description="level is the topology level "
+                                 "whose one domain holds the group.")
+    domain: Optional[str] = Field(default=None, max_length=MAX_LABEL_LENGTH, description="domain is that domain.")
+    nodes: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH)]] = Field(
+        default_factory=list, max_length=64,
+        description="nodes of the group's pods in worker order (the leader's first); empty once released.")
+    gpus_per_pod: int = Field(default=0, ge=0, le=1024, description="gpusPerPod is what each pod holds (the "
+                              "scheduler's count, sidecars included): what the pool books on each node.")
+    leader: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="leader is the leader pod's name.")
+    template_hash: Optional[str] = Field(default=None, max_length=64, description="templateHash of the pods; a "
+                                         "different one rolls the group out.")
+    admitted_at: Optional[datetime] = Field(default=None, description="admittedAt is when the group got its nodes.")
+    ready_since: Optional[datetime] = Field(default=None, description="readySince is when every pod of the group "
+                                            "became Running and the leader Ready.")
+    draining_since: Optional[datetime] = Field(default=None, description="drainingSince is when the group left "
+                                               "the Service before being deleted.")
+    drain_for: Optional[DrainReason] = Field(default=None, description="drainFor is ScaleDown (deleted once "
+                                             "drained) or Rollout (recreated from the new template once drained).")
+    restarts: int = Field(default=0, ge=0, description="restarts counts recreations after a pod or node was lost "
+                          "(bounded by multiNode.maxGroupRestarts).")
+    startup_failures: int = Field(default=0, ge=0, description="startupFailures counts placements that did not "
+                                  "start (startupTimeoutSeconds, a node it could not be scheduled on).")
+    message: Optional[str] = Field(default=None, max_length=4096, description="message says what the group "
+                                   "waits for or why it failed.")
 
 
 class InferenceServiceStatus(KubeModel):
@@ -287,7 +550,18 @@ class InferenceServiceStatus(KubeModel):
     last_scale_direction: Optional[ScaleDirection] = Field(
         default=None, description="lastScaleDirection is Up or Down."
     )
-    conditions: list[Condition] = conditions_field("Ready, ScalingActive, ScalingLimited")
+    groups: list[ReplicaGroup] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="groups are the replicas that hold GPUs (one group of one or more pods each), by index.",
+    )
+    nodes_per_replica: Optional[int] = Field(
+        default=None, ge=1, le=64,
+        description="nodesPerReplica is the pods (one per node) of one replica, from parallelism and the "
+        "pool's GPUs per node.",
+    )
+    conditions: list[Condition] = conditions_field(
+        "Ready, ScalingActive, ScalingLimited, ReplicaGroupFailed, SLOMet")
     url: Optional[str] = Field(
         default=None,
         max_length=2048,
@@ -314,6 +588,7 @@ class InferenceService(KubeModel):
     PRINTER_COLUMNS: ClassVar[tuple[dict[str, Any], ...]] = (
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+        {"name": "Nodes/Replica", "type": "integer", "jsonPath": ".status.nodesPerReplica"},
         {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.lastMetricValue"},

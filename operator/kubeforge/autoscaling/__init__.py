@@ -1,40 +1,72 @@
-"""kubeforge.autoscaling: desired InferenceService replicas from queue metrics and time.
+"""kubeforge.autoscaling: desired InferenceService replicas from queue depth or latency SLOs, and time.
 
 The pure core (no I/O, no clock) is what this package exports::
 
     from kubeforge.autoscaling import AutoscalingPolicy, AutoscalerState, decide
 
     policy = AutoscalingPolicy.from_spec(spec)  # the parsed InferenceServiceSpec, API defaults applied
-    d = decide(policy, state, current_replicas=2, metric=37.0, now=time.time(),
+    signals = await read_signals(http, url, namespace, name, ...)  # kubeforge.autoscaling.prometheus
+    d = decide(policy, state, current_replicas=2, metric=signals, now=time.time(),
                placeable_replicas=5)
-    # apply d.desired, keep d.state for the next call, write d.reason and the conditions
+    # apply d.desired (drain d.scale_down_count replicas first), keep d.state for the next
+    # call, write the ScalingActive / ScalingLimited / SLOMet conditions from d's reasons
 
-The metric is the **total** queue across the service (``sum(vllm:num_requests_waiting)``),
-and ``desired = ceil(total / target_per_replica)`` (KEDA ``AverageValue`` semantics).
-Rules come from the Kubernetes HPA (algorithm, tolerance, ``behavior`` stabilization windows
-and policies, ``ScalingActive`` / ``ScalingLimited`` reasons), KEDA (activation threshold,
-scale to zero after a cooldown) and Knative's KPA (panic mode); :func:`decide` lists them.
-The defaults are the API's (``kubeforge.api``), read through :meth:`AutoscalingPolicy.from_spec`;
-``e2e/bench_autoscaling.py`` measures them against KEDA + HPA defaults (``--sweep``: on 15
-shapes of load).
+Two modes. **Queue depth** (no ``spec.autoscaling.slo``, the default): the metric is the
+**total** queue across the service and ``desired = ceil(total / target_per_replica)`` (KEDA
+``AverageValue`` semantics), paced by the HPA's step limits with Knative's panic mode.
+**SLO** (``slo`` set): an M/M/c queue model (Erlang C) sizes the service for the
+time-to-first-token percentile and a linear model of inter-token latency against the batch
+for the ITL percentile, and scale-up goes to that count in one decision
+(:mod:`kubeforge.autoscaling._queue_model` cites and states the model). Both share the
+HPA's named steps (:mod:`kubeforge.autoscaling._steps`: read metrics -> desired -> stabilize
+-> rate-limit -> bound), KEDA's activation threshold and scale to zero, the stabilization
+windows. The defaults are the API's (``kubeforge.api``), read through
+:meth:`AutoscalingPolicy.from_spec`; ``e2e/bench_autoscaling.py`` measures them against
+KEDA + HPA, llm-d's saturation autoscaler and a Dynamo-planner-like load mode.
 
-Reading the metric from Prometheus is I/O and lives in :mod:`kubeforge.autoscaling.prometheus`
-(not imported here).
+Reading Prometheus is I/O and lives in :mod:`kubeforge.autoscaling.prometheus` (not imported here).
 """
 
+from . import _reasons as reasons
 from ._decide import Decision, decide
-from ._policy import PANIC_THRESHOLD, AutoscalingPolicy
+from ._policy import PANIC_THRESHOLD, AutoscalingPolicy, SLOPolicy
+from ._queue_model import erlang_c, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
+from ._signals import SIGNAL_NAMES, Signals
+from ._slo import SLOSizing, SLOStatus, size_for_slo, slo_status
 from ._state import MAX_EVENTS, MAX_RECOMMENDATIONS, AutoscalerState, Direction, Sample, fresh_value
+from ._steps import Limit, Reading, Recommendation, bound, rate_limit, read_metrics, recommend, stabilize
 
 __all__ = [
     "MAX_EVENTS",
     "MAX_RECOMMENDATIONS",
     "PANIC_THRESHOLD",
+    "SIGNAL_NAMES",
     "AutoscalerState",
     "AutoscalingPolicy",
     "Decision",
     "Direction",
+    "Limit",
+    "Reading",
+    "Recommendation",
+    "SLOPolicy",
+    "SLOSizing",
+    "SLOStatus",
     "Sample",
+    "Signals",
+    "bound",
     "decide",
+    "erlang_c",
+    "fit_itl",
     "fresh_value",
+    "itl_concurrency",
+    "rate_limit",
+    "read_metrics",
+    "reasons",
+    "recommend",
+    "replicas_for_wait",
+    "size_for_slo",
+    "slo_status",
+    "stabilize",
+    "update_itl_fit",
+    "wait_quantile",
 ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the core reads the parsed model's attributes; it imports nothing from api/ at run time
     from ..api import InferenceServiceSpec
 
-__all__ = ["AutoscalingPolicy", "PANIC_THRESHOLD"]
+__all__ = ["AutoscalingPolicy", "PANIC_THRESHOLD", "SLOPolicy"]
 
 #: Panic mode's threshold: the queue, as a multiple of what the current replicas carry at the
 #: target (``metric > PANIC_THRESHOLD * current * target``), above which the scale-up step
@@ -28,6 +28,42 @@ __all__ = ["AutoscalingPolicy", "PANIC_THRESHOLD"]
 #: cases with up to 64 replicas: p95 queue wait 4-6 s, against 46 s and 169 s with panic
 #: mode off).
 PANIC_THRESHOLD = 8.0
+
+
+@dataclass(frozen=True)
+class SLOPolicy:
+    """Latency targets (``spec.autoscaling.slo``): the service is sized so that they hold.
+
+    Attributes:
+        ttft_seconds: Time-to-first-token target at ``percentile``, s (> 0), or ``None``.
+        itl_seconds: Inter-token-latency target at ``percentile``, s (> 0), or ``None``.
+        percentile: The percentile both targets are for, in [50, 100).
+        window_seconds: Window of the measured rates and percentiles, s (> 0).
+
+    Raises:
+        ValueError: When a value is out of range or neither target is given.
+    """
+
+    ttft_seconds: float | None
+    itl_seconds: float | None
+    percentile: float
+    window_seconds: float
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("ttft_seconds", "itl_seconds"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+                problems.append(f"{name} must be None or a finite number > 0, got {v!r}")
+        if self.ttft_seconds is None and self.itl_seconds is None:
+            problems.append("at least one of ttft_seconds and itl_seconds is needed")
+        if not (isinstance(self.percentile, (int, float)) and 50 <= self.percentile < 100):
+            problems.append(f"percentile must be in [50, 100), got {self.percentile!r}")
+        if not (isinstance(self.window_seconds, (int, float)) and math.isfinite(self.window_seconds)
+                and self.window_seconds > 0):
+            problems.append(f"window_seconds must be > 0, got {self.window_seconds!r}")
+        if problems:
+            raise ValueError("invalid SLOPolicy: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -81,6 +117,9 @@ class AutoscalingPolicy:
             scale-up step limit is skipped so a burst is met in one decision (stabilization,
             bounds and capacity still apply). ``0`` disables panic mode; otherwise >= 1.
             Default :data:`PANIC_THRESHOLD` (8.0; why not Knative's 2.0 is written there).
+        slo: The latency targets (``spec.autoscaling.slo``): set, the service scales in SLO
+            mode (a queue model sizes it, see :func:`kubeforge.autoscaling.decide`); ``None``
+            (no ``slo`` in the spec, not a default) keeps the queue-depth mode.
 
     Raises:
         ValueError: From ``__post_init__`` when a field is out of range (see each field).
@@ -100,6 +139,7 @@ class AutoscalingPolicy:
     scale_down_period_seconds: float
     gpus_per_replica: int
     panic_threshold: float = PANIC_THRESHOLD
+    slo: SLOPolicy | None = None
 
     @classmethod
     def from_spec(cls, spec: InferenceServiceSpec) -> AutoscalingPolicy:
@@ -118,6 +158,14 @@ class AutoscalingPolicy:
                 stricter, so a spec that validated does not raise).
         """
         a = spec.autoscaling
+        slo = None
+        if a.slo is not None:
+            slo = SLOPolicy(
+                ttft_seconds=None if a.slo.time_to_first_token_seconds is None else float(a.slo.time_to_first_token_seconds),
+                itl_seconds=None if a.slo.inter_token_latency_seconds is None else float(a.slo.inter_token_latency_seconds),
+                percentile=float(a.slo.percentile),
+                window_seconds=float(a.slo.window_seconds),
+            )
         return cls(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
@@ -131,7 +179,8 @@ class AutoscalingPolicy:
             scale_down_stabilization_seconds=float(a.scale_down.stabilization_window_seconds),
             scale_down_max_step=a.scale_down.max_step,
             scale_down_period_seconds=float(a.scale_down.period_seconds),
-            gpus_per_replica=spec.gpus_per_replica,
+            gpus_per_replica=spec.replica_gpus,
+            slo=slo,
         )
 
     def __post_init__(self) -> None:
@@ -180,6 +229,8 @@ class AutoscalingPolicy:
         panic = finite("panic_threshold")
         if not (panic == 0 or panic >= 1):
             problems.append(f"panic_threshold must be 0 (off) or >= 1, got {self.panic_threshold!r}")
+        if self.slo is not None and not isinstance(self.slo, SLOPolicy):
+            problems.append(f"slo must be an SLOPolicy or None, got {self.slo!r}")
         if problems:
             raise ValueError("invalid AutoscalingPolicy: " + "; ".join(problems))
 

@@ -88,6 +88,22 @@ def _opt_time(raw: Any, what: str) -> float | None:
     return float(raw)
 
 
+def _opt_pair(raw: Any, what: str) -> tuple[float, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+        raise ValueError(f"{what} must be [time, value] or null, got {raw!r}")
+    return (_opt_time(raw[0], what) or 0.0, _opt_time(raw[1], what) or 0.0)
+
+
+def _floats(raw: Any, what: str, n: int) -> tuple[float, ...]:
+    if raw is None or raw == []:
+        return ()
+    if not isinstance(raw, (list, tuple)) or len(raw) != n:
+        raise ValueError(f"{what} must be a list of {n} numbers or empty, got {raw!r}")
+    return tuple(_opt_time(x, what) or 0.0 for x in raw)
+
+
 @dataclass(frozen=True)
 class AutoscalerState:
     """What one InferenceService's autoscaler carries between decisions.
@@ -117,6 +133,19 @@ class AutoscalerState:
         last_scale_direction: ``"Up"`` or ``"Down"`` for that change.
         last_decision_time: When :func:`decide` last ran, unix seconds; ``None`` marks a
             fresh state, which the first decision seeds with the current replica count.
+        queue_sample: ``(time, requests queued)`` at the last SLO-mode decision: the queue's
+            growth since then is the part of the arrival rate that no replica admitted yet.
+        service_seconds: Last measured mean time a request runs (SLO mode), s; used while
+            nothing runs (scale from zero, idle windows).
+        prefill_seconds: Last measured prefill-time percentile (SLO mode), s.
+        concurrency: Last measured concurrency limit of a replica (requests running on a
+            replica that queues, SLO mode); ``None`` until one queued.
+        itl_fit: Exponentially decayed sums ``(weight, sum b, sum y, sum b*b, sum b*y)`` of
+            (running per replica ``b``, ITL percentile ``y``) samples, for the linear ITL
+            model of SLO mode (:func:`kubeforge.autoscaling.fit_itl`); ``()`` when empty.
+        itl_fit_time: When ``itl_fit`` was last updated, unix seconds.
+        breach_time: When SLO mode last added a replica because the measured TTFT was
+            above target (at most one per window), unix seconds.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -126,6 +155,13 @@ class AutoscalerState:
     last_scale_time: float | None = None
     last_scale_direction: Direction | None = None
     last_decision_time: float | None = field(default=None)
+    queue_sample: tuple[float, float] | None = None
+    service_seconds: float | None = None
+    prefill_seconds: float | None = None
+    concurrency: float | None = None
+    itl_fit: tuple[float, ...] = ()
+    itl_fit_time: float | None = None
+    breach_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a JSON-ready dict with camelCase keys.
@@ -133,7 +169,10 @@ class AutoscalerState:
         Returns:
             ``{"version": 1, "recommendations": [[t, n], ...], "scaleUpEvents": [...],
             "scaleDownEvents": [...], "lastActiveTime": t | None, "lastScaleTime": t | None,
-            "lastScaleDirection": "Up" | "Down" | None, "lastDecisionTime": t | None}``.
+            "lastScaleDirection": "Up" | "Down" | None, "lastDecisionTime": t | None,
+            "queueSample": [t, n] | None, "serviceSeconds": s | None, "prefillSeconds": s | None,
+            "concurrency": n | None, "itlFit": [w, sb, sy, sbb, sby], "itlFitTime": t | None,
+            "breachTime": t | None}``.
         """
         return {
             "version": STATE_VERSION,
@@ -144,6 +183,13 @@ class AutoscalerState:
             "lastScaleTime": self.last_scale_time,
             "lastScaleDirection": self.last_scale_direction,
             "lastDecisionTime": self.last_decision_time,
+            "queueSample": list(self.queue_sample) if self.queue_sample is not None else None,
+            "serviceSeconds": self.service_seconds,
+            "prefillSeconds": self.prefill_seconds,
+            "concurrency": self.concurrency,
+            "itlFit": list(self.itl_fit),
+            "itlFitTime": self.itl_fit_time,
+            "breachTime": self.breach_time,
         }
 
     @classmethod
@@ -179,6 +225,13 @@ class AutoscalerState:
             last_scale_time=_opt_time(data.get("lastScaleTime"), "lastScaleTime"),
             last_scale_direction=direction,
             last_decision_time=_opt_time(data.get("lastDecisionTime"), "lastDecisionTime"),
+            queue_sample=_opt_pair(data.get("queueSample"), "queueSample"),
+            service_seconds=_opt_time(data.get("serviceSeconds"), "serviceSeconds"),
+            prefill_seconds=_opt_time(data.get("prefillSeconds"), "prefillSeconds"),
+            concurrency=_opt_time(data.get("concurrency"), "concurrency"),
+            itl_fit=_floats(data.get("itlFit"), "itlFit", 5),
+            itl_fit_time=_opt_time(data.get("itlFitTime"), "itlFitTime"),
+            breach_time=_opt_time(data.get("breachTime"), "breachTime"),
         )
 
     def pruned(self, now: float, keep_recommendations_s: float, keep_events_s: float) -> AutoscalerState:

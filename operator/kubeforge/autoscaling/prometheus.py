@@ -1,9 +1,31 @@
-"""Read the autoscaling metric from Prometheus (the only I/O in ``kubeforge.autoscaling``).
+"""Read what the autoscaler needs from Prometheus (the only I/O in ``kubeforge.autoscaling``).
 
-The operator asks Prometheus' HTTP API for one instant value (``GET /api/v1/query``) and hands
-it to :func:`kubeforge.autoscaling.decide`. Nothing here raises on a bad answer: every failure
-comes back as a :class:`QueryResult` with ``value=None`` and an ``error`` text, which the
-autoscaler turns into "hold replicas, ScalingActive=False".
+Two entry points, both ``GET /api/v1/query`` (instant queries) bounded by a timeout:
+
+* :func:`read_signals`: everything one decision needs for one service (vLLM's queue, running
+  requests, KV-cache usage, the activator's held requests, the admission rate, the mean
+  running time, the TTFT / ITL / prefill percentiles) in **one** query, each signal labelled
+  (``label_replace(..., "kubeforge_signal", ...)``) and joined with ``or``; plus one query for
+  the queue-depth metric when it is not vLLM's (SGLang, Custom). Returns a
+  :class:`~kubeforge.autoscaling.Signals` with an error text per missing signal.
+* :func:`query_scalar`: one value of one query (queue-depth mode's metric).
+
+Nothing here raises on a bad answer: every failure comes back as ``None`` with an ``error``
+text, which the autoscaler turns into "hold replicas, ScalingActive=False".
+
+**The arrival rate.** vLLM counts a request in ``vllm:time_to_first_token_seconds_count``
+when its first token comes out, that is when it leaves the queue: its ``rate`` is the
+*admission* rate. Arrivals are admissions plus the growth of the queue (engines' waiting +
+the activator's held) by conservation; the core adds the growth it sees between two
+decisions (:func:`kubeforge.autoscaling.size_for_slo`). ``vllm:request_success_total`` was
+not used: it counts at completion, a request's running time late, and misses the queue;
+nor a gateway counter: not every installation has one, and the activator only sees traffic
+while the service is at zero.
+
+**Zero replicas.** vLLM's series go with the last pod. The activator's
+``kubeforge_activator_queue_length{namespace, service}`` (scraped with ``honorLabels``)
+holds the requests that arrive meanwhile: it is part of the queue in both modes, so a service
+at zero comes back.
 
 Queries. ``DEFAULT_QUERIES`` maps a short name to a PromQL template that returns the **total**
 queue across one InferenceService (``sum(...)``, matching the core's ``ceil(total / target)``).
@@ -33,27 +55,39 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
+
+from ._promql import SIGNAL_EXPRESSIONS, parse_signals_response, signals_query
+from ._signals import Signals
 
 __all__ = [
     "DEFAULT_QUERIES",
     "PROMETHEUS_ERROR_TYPES",
     "QueryResult",
     "parse_query_response",
+    "parse_signals_response",
     "query_scalar",
     "query_scalar_sync",
+    "read_signals",
     "render_query",
     "resolve_query",
+    "signals_query",
     "url_allowed",
 ]
 
+_SEL = '{namespace="{namespace}",service="{service}"}'
+_VLLM_WAITING = "sum(vllm:num_requests_waiting" + _SEL + ")"
+_HELD = "sum(kubeforge_activator_queue_length" + _SEL + ")"
+
 #: Named PromQL templates for the total queue of one InferenceService.
 DEFAULT_QUERIES: dict[str, str] = {
-    # vLLM: requests waiting to be scheduled (not yet running), per server.
-    "VLLMWaiting": 'sum(vllm:num_requests_waiting{namespace="{namespace}",service="{service}"})',
+    # vLLM: requests waiting to be scheduled (not yet running), per server, plus the requests
+    # the activator holds while the service has no ready replica (a missing side counts as 0;
+    # both missing is "empty result", which holds the replicas).
+    "VLLMWaiting": f"({_VLLM_WAITING} or on() ({_HELD} * 0)) + on() ({_HELD} or on() ({_VLLM_WAITING} * 0))",
     # SGLang: requests in the waiting queue, per server.
     "SGLangQueue": 'sum(sglang:num_queue_reqs{namespace="{namespace}",service="{service}"})',
     # NVIDIA Triton: requests received but not yet executing, per model and server.
@@ -117,11 +151,14 @@ class QueryResult:
         error: ``None`` on success, else a short fixed text ("empty result", "HTTP 503",
             "connection failed", "timeout after 2s", "Prometheus error bad_data"); never a
             copy of the response body.
+        empty: Prometheus answered, with an empty vector (no series matched): typed, so that
+            callers never read ``error``'s text.
     """
 
     value: float | None
     time: float | None
     error: str | None
+    empty: bool = False
 
     @property
     def ok(self) -> bool:
@@ -185,7 +222,7 @@ def parse_query_response(status_code: int, body: str) -> QueryResult:
         if not isinstance(result, list):
             return _fail("malformed vector result")
         if not result:
-            return _fail("empty result")
+            return QueryResult(value=None, time=None, error="empty result", empty=True)
         if len(result) > 1:
             return _fail(f"query returned {len(result)} series; wrap it in sum(...)")
         series = result[0]
@@ -268,3 +305,64 @@ def query_scalar_sync(client: httpx.Client, base_url: str, promql: str, timeout:
     except (OSError, ValueError) as exc:
         return _fail(f"request failed ({type(exc).__name__})")
     return parse_query_response(resp.status_code, resp.text)
+
+
+async def read_signals(
+    client: httpx.AsyncClient,
+    base_url: str,
+    namespace: str,
+    service: str,
+    *,
+    percentile: float = 90.0,
+    window_seconds: float = 60.0,
+    queue_query: str | None = None,
+    timeout: float = 2.0,
+) -> Signals:
+    """Everything one autoscaling decision needs about one service, in one or two queries.
+
+    Query 1 (:func:`kubeforge.autoscaling._promql.signals_query`): vLLM's waiting, running,
+    replicas reporting, KV-cache usage, the running count of replicas that queue, the
+    admission rate, the mean running time, the TTFT / ITL / prefill percentiles over
+    ``window_seconds``, and the activator's held requests. Query 2, only with
+    ``queue_query``: the queue-depth metric (SGLang's or a Custom query).
+
+    Args:
+        client: The HTTP client.
+        base_url: Prometheus' address (a path prefix is kept).
+        namespace: The InferenceService's namespace.
+        service: Its name (the ``service`` label of its series).
+        percentile: Latency percentile, in (0, 100) (``slo.percentile``).
+        window_seconds: Window of rates and percentiles, s (``slo.windowSeconds``).
+        queue_query: ``None`` for vLLM: the queue-depth metric is then vLLM's waiting plus the
+            activator's held (``Signals.queue``); else a template or a ``DEFAULT_QUERIES``
+            name, rendered with :func:`render_query` and read with :func:`query_scalar`.
+        timeout: Seconds for each request (also Prometheus' own ``timeout``).
+
+    Returns:
+        The :class:`Signals`; per-signal errors are short fixed texts (HTTP status,
+        ``errorType``, "no series", "timeout after 2s"), never a response body. Never raises
+        (except on cancellation).
+    """
+    promql = signals_query(namespace, service, percentile, window_seconds)
+    try:
+        resp = await client.get(_url(base_url), params=_params(promql, timeout), timeout=timeout)
+        sig = parse_signals_response(resp.status_code, resp.text, percentile, window_seconds)
+    except httpx.HTTPError as exc:
+        err = _transport_error(exc, timeout).error or "request failed"
+        sig = Signals(percentile=percentile, window_seconds=window_seconds,
+                      errors=tuple((n, err) for n in SIGNAL_EXPRESSIONS))
+    except (OSError, ValueError) as exc:
+        sig = Signals(percentile=percentile, window_seconds=window_seconds,
+                      errors=tuple((n, f"request failed ({type(exc).__name__})") for n in SIGNAL_EXPRESSIONS))
+    if queue_query is None:
+        queued = sig.queued
+        if queued is not None:
+            return replace(sig, queue=queued)
+        empty = ("queue",) if {"waiting", "held"} <= set(sig.absent) else ()
+        return replace(sig, errors=sig.errors + (("queue", sig.error("waiting") or "no series"),),
+                       absent=sig.absent + empty)
+    q = await query_scalar(client, base_url, resolve_query(queue_query, namespace, service), timeout=timeout)
+    if q.value is not None:
+        return replace(sig, queue=q.value)
+    return replace(sig, errors=sig.errors + (("queue", q.error or "no value"),),
+                   absent=sig.absent + (("queue",) if q.empty else ()))

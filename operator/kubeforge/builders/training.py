@@ -21,7 +21,8 @@ pod's ``hostname`` + ``subdomain`` and one headless Service per namespace
 created once, instead of one Service write per job (JobSet and Kubeflow make one per job).
 
 Workers are created already placed: node affinity pins rank ``r`` to ``placement.nodes[r]``
-(ANDed into the template's own required node affinity) and there is no scheduling gate. The
+(ANDed into the template's own required node affinity), with no scheduling gate but the volume
+gate while the gang's own claim binds (:mod:`kubeforge.lifecycle._volume`). The
 ledger reserved those GPUs when the gang was admitted, so the whole gang binds as soon as its
 pods exist; kube-scheduler still does the binding, with all its checks (taints, volumes,
 resources, the template's own constraints).
@@ -37,7 +38,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import (
     ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
-    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container,
+    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, set_main_gpus,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
@@ -164,6 +165,7 @@ def build_worker_pod(
     gpu_resource: str = "nvidia.com/gpu",
     tolerations: Sequence[Mapping[str, Any]] = (),
     last_checkpoint: Mapping[str, Any] | None = None,
+    scheduling_gates: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One worker pod of a gang, already placed.
 
@@ -176,6 +178,8 @@ def build_worker_pod(
         gpu_resource: The pool's device-plugin resource, e.g. ``nvidia.com/gpu``.
         tolerations: The pool's tolerations, appended to the template's.
         last_checkpoint: ``status.lastCheckpoint`` to hand to the workload, if any.
+        scheduling_gates: kubeforge's gates to create the pod behind (e.g. the volume gate
+            while the gang's claim binds), appended to the template's own.
 
     Returns:
         A Pod manifest. ``restartPolicy`` is ``Never``: the operator restarts whole gangs.
@@ -190,11 +194,7 @@ def build_worker_pod(
     pod_spec = copy.deepcopy(spec.template.spec)
     containers = pod_spec["containers"]
 
-    main_name = main_container([c.get("name") for c in containers])
-    main = next(c for c in containers if c.get("name") == main_name)
-    res = main.setdefault("resources", {})
-    res.setdefault("limits", {})[gpu_resource] = str(spec.gpus_per_replica)
-    res.setdefault("requests", {})[gpu_resource] = str(spec.gpus_per_replica)
+    set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
 
     master = master_address(name, ns)
     mount_path = spec.checkpoint.mount_path
@@ -237,6 +237,9 @@ def build_worker_pod(
     affinity["nodeAffinity"] = node_affinity(pinned, rank, levels, affinity.get("nodeAffinity"))
     pod_spec["affinity"] = affinity
     pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
+    if scheduling_gates:
+        own = [g for g in pod_spec.get("schedulingGates") or [] if g.get("name") not in scheduling_gates]
+        pod_spec["schedulingGates"] = own + [{"name": g} for g in scheduling_gates]
 
     labels = {**(tmd.get("labels") or {}), **job_labels(name), ROLE_LABEL: WORKER_ROLE,
               REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt), POOL_LABEL: placement.pool}

@@ -12,11 +12,12 @@ from kubeforge.lifecycle._plan import (
     GPU_HOURS_FOLD_SECONDS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, StatusDraft,
     TrainingContext, TrainingPlan,
 )
-from kubeforge.lifecycle._progress import claim_wait
+from kubeforge.lifecycle._startup import own_constraint_cause
 from kubeforge.lifecycle._training import plan_training
+from kubeforge.lifecycle._volume import VOLUME_NOT_BOUND, claim_wait
 
 __all__ = [
-    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "WAIT_MESSAGE_REFRESH_SECONDS",
+    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "VOLUME_NOT_BOUND", "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "backoff", "checkpoint_from",
-    "disruption_reasons", "plan_training", "rejected_by_kubelet",
+    "disruption_reasons", "own_constraint_cause", "plan_training", "rejected_by_kubelet",
 ]

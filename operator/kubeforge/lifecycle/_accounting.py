@@ -12,7 +12,9 @@ from kubeforge.objects import Pod
 def fold_running(d: StatusDraft, ctx: TrainingContext, *, end: bool) -> None:
     """Add the running segment since ``runningSince`` to ``gpuHours`` and ``cost``.
 
-    GPU-hours of a segment = seconds / 3600 x replicas x gpusPerReplica. Cost is the sum over
+    GPU-hours of a segment = seconds / 3600 x replicas x the GPUs one rank holds
+    (``ctx.rank_gpus``: gpusPerReplica plus what sidecars and init containers request, as the
+    ledger books it; gpusPerReplica when unknown). Cost is the sum over
     segments of each segment's GPU-hours at the price of the pool it ran in (a job that
     falls back from spot to on-demand pays each pool's own price). ``end`` closes the segment
     (the gang stopped); otherwise a new one starts now.
@@ -22,7 +24,7 @@ def fold_running(d: StatusDraft, ctx: TrainingContext, *, end: bool) -> None:
         return
     pl = d.placement
     replicas = len(pl.nodes) if pl else d.spec.replicas
-    hours = max(0.0, ctx.now - since) / 3600.0 * replicas * d.spec.gpus_per_replica
+    hours = max(0.0, ctx.now - since) / 3600.0 * replicas * (ctx.rank_gpus or d.spec.gpus_per_replica)
     d.set(gpuHours=round(float(d.get("gpuHours") or 0.0) + hours, 6),
           runningSince=None if end else d.stamp(ctx.now))
     price = ctx.pool_prices.get(pl.pool) if pl else None

@@ -11,6 +11,7 @@ from kubeforge.objects import (
     DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
     status_time,
 )
+from kubeforge.placement import GangRequest, NodeInfo
 
 SCHEDULE_TIMEOUT = 30.0
 """Seconds a created worker may stay Unschedulable (for a reason other than its volumes)
@@ -71,9 +72,17 @@ class TrainingContext:
         schedule_timeout: See :data:`SCHEDULE_TIMEOUT`.
         preempted_by: ``(reason, message)`` when admission chose this running gang as a victim
             (``PreemptedByHigherPriority`` or ``QuotaReclaimed``), else None.
-        claim_wait: Why the gang's pods are not created yet although placed (its checkpoint
-            claim is not bound and its StorageClass binds immediately: pods created now would
-            only sit in kube-scheduler's backoff), or None to create them.
+        claim_wait: Why the gang's pods wait behind the volume gate (its checkpoint claim is
+            not Bound and its StorageClass binds immediately: ungated they would only sit in
+            kube-scheduler's backoff; :func:`kubeforge.lifecycle.claim_wait`), or None.
+        request: The gang's placement request in the pool of its placement
+            (:func:`kubeforge.admission.gang_request`), to tell a worker its own template keeps
+            off its node from one something else took the GPUs of; None when unknown.
+        pool_nodes: The placement's pool's nodes as placement sees them, by name.
+        rank_gpus: GPUs one rank holds in its pool (:func:`kubeforge.objects.rank_gpus`:
+            gpusPerReplica plus sidecars and init containers), for GPU-hours; None: gpusPerReplica.
+        namespace_terminating: The job's namespace is being deleted: nothing is created,
+            restarted or counted any more (the namespace controller deletes everything).
     """
 
     now: float
@@ -89,6 +98,10 @@ class TrainingContext:
     schedule_timeout: float = SCHEDULE_TIMEOUT
     claim_wait: str | None = None
     preempted_by: tuple[str, str] | None = None
+    request: GangRequest | None = None
+    pool_nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    rank_gpus: int | None = None
+    namespace_terminating: bool = False
 
 
 @dataclass
@@ -103,9 +116,11 @@ class TrainingPlan:
         delete_grace_seconds: Grace period for those deletes (None: the pods' own, so the
             workload gets SIGTERM and can checkpoint).
         create_ranks: Ranks whose pods to create (for the placement in the written status).
+        volume_gate: Create them behind the volume gate (``kubeforge.io/checkpoint-claim``):
+            the claim is not Bound yet.
         ensure_claim: Create the checkpoint PVC if absent.
         ensure_service: Create the namespace's workers Service if absent.
-        ungate: Pod names whose (legacy) gang gate to lift.
+        ungate: Pod names whose kubeforge gates (volume, legacy gang) to lift.
         events: ``(type, reason, message)`` to post.
         release: The job's GPUs go back to the pool (admission should run).
         requeue_after: Seconds until the next reconcile is needed, or None.
@@ -117,6 +132,7 @@ class TrainingPlan:
     delete_pods: list[str] = field(default_factory=list)
     delete_grace_seconds: int | None = None
     create_ranks: list[int] = field(default_factory=list)
+    volume_gate: bool = False
     ensure_claim: bool = False
     ensure_service: bool = False
     ungate: list[str] = field(default_factory=list)

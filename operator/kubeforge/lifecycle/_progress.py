@@ -6,38 +6,17 @@ from typing import Sequence
 
 from kubeforge.lifecycle._accounting import maybe_fold
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.objects import GANG_GATE, Pod, TrainingJobRecord, condition
-
-
-def claim_wait(job: TrainingJobRecord, claim: tuple[str, str] | None, binding_mode: str | None) -> str | None:
-    """Why a placed gang's pods wait for its checkpoint claim, or None to create them.
-
-    Only the job's own claim is waited for, only while it is not Bound and its StorageClass
-    binds immediately: with WaitForFirstConsumer the claim binds *because* a pod exists, and a
-    user's ``existingClaimName`` is left to kube-scheduler.
-
-    Args:
-        job: The job.
-        claim: ``(phase, storageClassName)`` of its claim ``<job>-checkpoint``, None if absent.
-        binding_mode: ``volumeBindingMode`` of that StorageClass, None if unknown.
-    """
-    if job.spec is None or job.spec.checkpoint.existing_claim_name:
-        return None
-    name = f"{job.name}-checkpoint"
-    if claim is None:
-        return f"checkpoint claim {name} not created yet"
-    phase, _ = claim
-    if phase == "Bound" or binding_mode == "WaitForFirstConsumer":
-        return None
-    return f"checkpoint claim {name} is {phase}, waiting for it to bind"
+from kubeforge.lifecycle._volume import gates_to_lift
+from kubeforge.objects import Pod, condition
 
 
 def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> None:
-    """Create the ranks that have no pod (with the volume claim and the workers Service first,
-    once the claim is bound when its StorageClass binds immediately),
-    lift a legacy gang gate, and once every worker runs set phase Running with the ``Running``
-    and ``Ready`` conditions (``kubectl wait --for=condition=Ready``). Worker counts are
-    written along with any other change (not once per pod: a gang's start is one status write)."""
+    """Create the ranks that have no pod, in the same step as the volume claim and the workers
+    Service (behind the volume gate while the claim is not Bound and its StorageClass binds
+    immediately: :mod:`kubeforge.lifecycle._volume`), lift the gates that may go, and once
+    every worker runs set phase Running with the ``Running`` and ``Ready`` conditions
+    (``kubectl wait --for=condition=Ready``). Worker counts are written along with any other
+    change (not once per pod: a gang's start is one status write)."""
     pl = d.placement
     assert pl is not None
     replicas = d.spec.replicas
@@ -46,11 +25,9 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
     if missing:
         plan.ensure_claim = not d.spec.checkpoint.existing_claim_name
         plan.ensure_service = True
-        # Pods wait for an immediately-binding claim to be bound (the claim's watch event
-        # brings the job back): created earlier they would sit in kube-scheduler's backoff.
-        plan.create_ranks = [] if ctx.claim_wait else missing
-    else:
-        plan.ungate = sorted(p.name for p in current if GANG_GATE in p.gates)
+        plan.create_ranks = missing
+        plan.volume_gate = ctx.claim_wait is not None
+    plan.ungate = gates_to_lift(current, ctx.claim_wait is not None, not missing)
     running = sum(1 for p in current if p.phase == "Running")
     if running == replicas and d.phase != "Running":
         where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"

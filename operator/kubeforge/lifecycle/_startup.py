@@ -8,13 +8,27 @@ condition and a Warning Event: a gang never holds GPUs without running pods past
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from kubeforge.lifecycle._accounting import backoff
 from kubeforge.lifecycle._outcome import rejected_by_kubelet
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import stop_gang
-from kubeforge.objects import Pod, status_time
+from kubeforge.lifecycle._volume import VOLUME_NOT_BOUND
+from kubeforge.objects import PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE, Pod, status_time
+from kubeforge.placement import node_misfit
+
+SCHEDULER_OWN_CONSTRAINT_REASONS: dict[str, str] = {
+    "didn't match pod affinity rules": "podAffinity",
+    "didn't match pod anti-affinity rules": "podAntiAffinity",
+    "didn't match pod topology spread constraints": "topologySpreadConstraints",
+}
+"""kube-scheduler's filter reasons that only a pod's own constraints produce (the
+``InterPodAffinity`` plugin's ``ErrReasonAffinityRulesNotMatch`` /
+``ErrReasonAntiAffinityRulesNotMatch`` and ``PodTopologySpread``'s ``ErrReasonConstraintsNotMatch``,
+kubernetes/pkg/scheduler/framework/plugins), with the template field each points at. Another
+pod's anti-affinity against ours ("didn't satisfy existing pods anti-affinity rules") is not
+among them: that one is someone else's doing."""
 
 _CAMEL = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
@@ -94,7 +108,7 @@ def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None =
     (VolumeNotBound), else StartupTimeout."""
     by_rank = {p.rank: p for p in current}
     parts: list[str] = [claim_wait] if claim_wait else []
-    reason = "" if not claim_wait else "VolumeNotBound"
+    reason = "" if not claim_wait else VOLUME_NOT_BOUND
     for r in range(replicas):
         p = by_rank.get(r)
         if p is None:
@@ -117,6 +131,54 @@ def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None =
             f"{running} of {replicas} workers Running: {detail}")
 
 
+def _requires(template: Mapping[str, Any], field: str) -> bool:
+    """Whether the pod template sets a hard constraint of ``field`` (required podAffinity /
+    podAntiAffinity, or a topology spread constraint that does not schedule when unmet)."""
+    if field == "topologySpreadConstraints":
+        return any((c or {}).get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+                   for c in template.get("topologySpreadConstraints") or [])
+    aff = ((template.get("affinity") or {}).get(field) or {})
+    return bool(aff.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+def own_constraint_cause(template: Mapping[str, Any], pod: Pod) -> str | None:
+    """Why kube-scheduler refuses ``pod`` on its node because of the template's own hard
+    inter-pod constraints (the scheduler's message names their filter, and the template sets
+    them: :data:`SCHEDULER_OWN_CONSTRAINT_REASONS`), or None."""
+    message = pod.unschedulable_message or ""
+    for text, field in SCHEDULER_OWN_CONSTRAINT_REASONS.items():
+        if text in message and _requires(template, field):
+            return f"the template's {field} cannot be met on node {pod.where} (kube-scheduler: {message[:300]})"
+    return None
+
+
+def template_cause(ctx: TrainingContext, template: Mapping[str, Any], pod: Pod) -> str | None:
+    """Why the job's own template keeps ``pod`` off its node, or None when it does not explain
+    kube-scheduler's (or the kubelet's) answer: the same predicate placement filters nodes with
+    (:func:`kubeforge.placement.node_misfit`: GPUs, cpu, memory and other resources, node
+    constraints, taints), then the template's own hard inter-pod constraints when the
+    scheduler's message names their filter (:data:`SCHEDULER_OWN_CONSTRAINT_REASONS`)."""
+    node = pod.where
+    info = ctx.pool_nodes.get(node) if node else None
+    if ctx.request is not None and info is not None:
+        why = node_misfit(ctx.request, info)
+        if why:
+            return why
+    return own_constraint_cause(template, pod)
+
+
+def blame_template(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, pod: Pod, cause: str) -> None:
+    """A worker cannot start because of the job's own template: release the GPUs at once, say
+    which part of the template and why (``Admitted=False``, :data:`UNSCHEDULABLE_TEMPLATE`, and a
+    Warning Event), count no startup retry, and wait for the spec to change (admission skips the
+    job until then: placing it again would fail the same way)."""
+    msg = f"rank {pod.rank} ({pod.name}) cannot run on node {pod.where}: {cause}; GPUs released, fix the spec to retry"
+    d.condition("Admitted", False, UNSCHEDULABLE_TEMPLATE, msg)
+    d.condition("Running", False, UNSCHEDULABLE_TEMPLATE, msg)
+    d.condition("Ready", False, UNSCHEDULABLE_TEMPLATE, msg)
+    stop_gang(d, ctx, plan, phase="Pending", event=("Warning", UNSCHEDULABLE_TEMPLATE, msg))
+
+
 def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> bool:
     """While the gang is starting: a lost placement (a worker the kubelet refused, or one
     kube-scheduler cannot bind on its node for ``schedule_timeout`` s for a reason other than
@@ -125,18 +187,28 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     again when the next of those deadlines passes."""
     if d.phase == "Running" or (len(current) == d.spec.replicas and all(p.phase == "Running" for p in current)):
         return False  # running (the progress step records it), whatever the clock says
+    template = d.spec.template.spec
     rejected = next((p for p in sorted(current, key=lambda p: p.rank) if rejected_by_kubelet(p)), None)
     if rejected is not None:
-        startup_failure(d, ctx, plan, "PlacementLost",
+        cause = template_cause(ctx, template, rejected)
+        if cause:
+            blame_template(d, ctx, plan, rejected, cause)
+            return True
+        startup_failure(d, ctx, plan, PLACEMENT_LOST,
                         f"the kubelet refused pod {rejected.name} on node {rejected.node} ({rejected.reason})")
         return True
     stuck = sorted((p for p in current if p.phase == "Pending" and not p.gated and not p.deleting
                     and p.unschedulable_since is not None and not _waits_for_volume(p.unschedulable_message)),
                    key=lambda p: p.unschedulable_since or 0.0)
+    for p in stuck:  # the template's own doing is known at once: no GPUs held for the timeout
+        cause = template_cause(ctx, template, p)
+        if cause:
+            blame_template(d, ctx, plan, p, cause)
+            return True
     if stuck:
         waited = ctx.now - (stuck[0].unschedulable_since or ctx.now)
         if waited >= ctx.schedule_timeout:
-            startup_failure(d, ctx, plan, "PlacementLost",
+            startup_failure(d, ctx, plan, PLACEMENT_LOST,
                             f"pod {stuck[0].name} could not be scheduled on its node for {waited:.0f}s "
                             f"({stuck[0].unschedulable_message or 'Unschedulable'})")
             return True

@@ -6,7 +6,7 @@ what to write, delete and create. Level-based: the same inputs give the same pla
 reconcile interrupted half-way is simply redone.
 
 The policies, in the order they are asked (the first that acts ends the decision, as JobSet
-orders its policies): finished jobs, suspend, admission (write the placement, or why the job
+orders its policies): a namespace being deleted, finished jobs, suspend, admission (write the placement, or why the job
 waits), spec change, refused creates, disruption (preemption), failure, success, startup
 (lost placement, startup timeout), then progress (create what is missing, Running/Ready).
 """
@@ -14,7 +14,7 @@ waits), spec change, refused creates, disruption (preemption), failure, success,
 from __future__ import annotations
 
 from kubeforge.builders.common import set_condition
-from kubeforge.lifecycle._accounting import report_checkpoint
+from kubeforge.lifecycle._accounting import fold_running, report_checkpoint
 from kubeforge.lifecycle._admitted import admission_policy
 from kubeforge.lifecycle._disruption import disruption_policy
 from kubeforge.lifecycle._outcome import failure_policy, success_policy
@@ -22,7 +22,7 @@ from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._progress import progress_policy
 from kubeforge.lifecycle._startup import create_error_policy, spec_change_policy, startup_policy
 from kubeforge.lifecycle._suspend import suspend_policy
-from kubeforge.objects import TrainingJobRecord, condition
+from kubeforge.objects import NAMESPACE_TERMINATING, TrainingJobRecord, condition
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -44,6 +44,20 @@ def _invalid(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan:
     plan.events.append(("Warning", "InvalidSpec", job.spec_error or "invalid spec"))
 
 
+def _namespace_terminating(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> None:
+    """The namespace is being deleted: its controller deletes the pods and the job. Nothing is
+    created, restarted or counted (a deleted worker is not a preemption here); the placement is
+    dropped from status so the ledger counts only the pods while they terminate, never GPUs
+    nobody holds if the namespace's deletion hangs on something else."""
+    if d.get("placement") or ctx.assumed is not None:
+        fold_running(d, ctx, end=True)
+        d.set(placement=None)
+        d.condition("Admitted", False, NAMESPACE_TERMINATING,
+                    "the namespace is being deleted: nothing is created or restarted any more")
+        plan.release = True
+        plan.forget_assumed = True
+
+
 def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
     """Decide the next actions for one TrainingJob.
 
@@ -61,6 +75,10 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
     d = StatusDraft(job, ctx.now)
     if job.spec is None:
         _invalid(job, ctx, d, plan)
+        plan.status = d.result()
+        return plan
+    if ctx.namespace_terminating:
+        _namespace_terminating(d, ctx, plan)
         plan.status = d.result()
         return plan
     report_checkpoint(d, ctx, plan)

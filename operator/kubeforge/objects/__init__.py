@@ -9,29 +9,37 @@ records of kubeforge's own objects with their specs parsed once into the API mod
 """
 
 from kubeforge.objects._labels import (
-    ADMISSION_GATE, ASSIGNED_NODE, GANG_GATE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL,
-    REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, WORKER_ROLE,
+    ADMISSION_GATE, ASSIGNED_NODE, GANG_GATE, GROUP_INDEX, GROUP_ROLE, JOB_NAME, LEADER_ROLE, MANAGED_BY, MANAGER,
+    POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, VOLUME_GATE, WORKER_INDEX,
+    WORKER_ROLE,
+)
+from kubeforge.objects._reasons import (
+    BLOCKED_UNTIL_SPEC_CHANGES, INVALID_SPEC, NAMESPACE_TERMINATING, PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE,
 )
 from kubeforge.objects._node import (
-    BLOCKING_EFFECTS, DEFAULT_NOT_READY_GRACE, INTERRUPTION_TAINT_PREFIXES, Node, Taint,
-    interruption_reason, is_interrupted, node_from_k8s, not_ready_wait, parse_quantity_count, tolerates,
+    BLOCKING_EFFECTS, DEFAULT_NOT_READY_GRACE, INTERRUPTION_TAINT_PREFIXES, NATIVE_RESOURCES, Node, Taint,
+    interruption_reason, is_interrupted, node_from_k8s, not_ready_wait, parse_quantity_count, quantity_value,
+    tolerates,
 )
 from kubeforge.objects._pod import (
-    MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, is_terminal, main_container,
-    pod_from_k8s, pod_requests,
+    MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, gpu_request_conflict, is_terminal,
+    main_container, pod_from_k8s, pod_requests, replica_requests, set_main_gpus,
 )
 from kubeforge.objects._records import (
-    DeploymentState, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,
-    condition_time, current_attempt, deployment_from_k8s, parse_spec, placement_of, record_from_k8s, status_time,
+    DeploymentState, GroupRecord, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,
+    condition_time, current_attempt, deployment_from_k8s, groups_of, parse_spec, placement_of, rank_gpus, rank_requests,
+    record_from_k8s, status_time,
 )
 
 __all__ = [
+    "BLOCKED_UNTIL_SPEC_CHANGES", "INVALID_SPEC", "NAMESPACE_TERMINATING", "PLACEMENT_LOST", "UNSCHEDULABLE_TEMPLATE",
     "ADMISSION_GATE", "ASSIGNED_NODE", "BLOCKING_EFFECTS", "DEFAULT_NOT_READY_GRACE", "GANG_GATE",
-    "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",
+    "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "NATIVE_RESOURCES", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",
     "POOL_LABEL", "REPLICA_INDEX", "RESTART_ATTEMPT", "ROLE_LABEL", "SERVICE_NAME",
     "STUCK_WAITING_REASONS", "TEMPLATE_HASH", "TERMINAL_PHASES", "WORKER_ROLE",
-    "DeploymentState", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
-    "TrainingJobRecord", "condition", "condition_time", "current_attempt", "deployment_from_k8s", "interruption_reason",
+    "DeploymentState", "VOLUME_GATE", "GROUP_INDEX", "GROUP_ROLE", "GroupRecord", "LEADER_ROLE", "WORKER_INDEX", "groups_of", "InferenceServiceRecord", "Key", "Node", "PlacementRecord", "Pod", "PoolRecord", "Record", "Taint",
+    "TrainingJobRecord", "condition", "gpu_request_conflict", "quantity_value", "rank_gpus", "rank_requests",
+    "replica_requests", "set_main_gpus", "condition_time", "current_attempt", "deployment_from_k8s", "interruption_reason",
     "is_interrupted", "is_terminal", "main_container", "node_from_k8s", "not_ready_wait",
     "parse_quantity_count", "parse_spec", "placement_of", "pod_from_k8s", "pod_requests",
     "record_from_k8s", "status_time", "tolerates",

@@ -26,3 +26,18 @@ GANG_GATE = "kubeforge.io/gang"
 """Scheduling gate of TrainingJob workers made by kubeforge 0.1 (created gated, ungated
 together). Workers are now created already placed and ungated; a worker still carrying this
 gate (made before an upgrade) has it lifted."""
+GROUP_INDEX = "kubeforge.io/group-index"
+"""Label on an InferenceService's pods: the replica group they belong to (LeaderWorkerSet's
+``leaderworkerset.sigs.k8s.io/group-index``; ours, so LWS's pod webhook leaves them alone)."""
+WORKER_INDEX = "kubeforge.io/worker-index"
+"""Label on an InferenceService's pods: their index inside the group, 0 for the leader
+(LeaderWorkerSet's ``leaderworkerset.sigs.k8s.io/worker-index``)."""
+GROUP_ROLE = "kubeforge.io/group-role"
+"""Label on an InferenceService's pods: ``leader`` or ``worker``."""
+LEADER_ROLE = "leader"
+VOLUME_GATE = "kubeforge.io/checkpoint-claim"
+"""Scheduling gate of TrainingJob workers created while the gang's own checkpoint claim, of a
+StorageClass that binds immediately, is not Bound yet: the pods exist as soon as the placement
+is written (the claim is created in the same step), and kube-scheduler, which would only
+refuse them ("unbound immediate PersistentVolumeClaims") and back them off, sees them once the
+claim is Bound and the operator lifts the gate."""

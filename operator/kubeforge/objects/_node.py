@@ -50,8 +50,9 @@ class Node:
         unschedulable: ``spec.unschedulable`` (cordoned).
         ready: The ``Ready`` condition is ``True``.
         ready_changed: When ``Ready`` last changed (unix seconds), None if unknown.
-        allocatable: Extended resources (names with a ``/``, e.g. ``nvidia.com/gpu``) the
-            kubelet offers for pods, as counts.
+        allocatable: What the kubelet offers for pods: extended resources (names with a
+            ``/``, e.g. ``nvidia.com/gpu``) as counts, and :data:`NATIVE_RESOURCES` (``cpu``
+            in millicores, ``memory`` in bytes) when the node reports them.
         capacity: The same from ``status.capacity``.
     """
 
@@ -153,6 +154,28 @@ def parse_quantity_count(value: Any) -> int:
     return int(text) * factor if text.isdigit() else 0
 
 
+NATIVE_RESOURCES = ("cpu", "memory")
+"""Native resources kept by :func:`pod_requests` with ``extended_only=False``: ``cpu`` in
+millicores, ``memory`` in bytes (a replica asking more than any node offers can never run)."""
+
+
+def quantity_value(name: str, value: Any) -> int:
+    """One resource quantity as an integer: ``cpu`` in millicores, ``memory`` in bytes, any
+    other (extended) resource as a count (:func:`parse_quantity_count`). Parsed with the
+    Kubernetes client's ``parse_quantity`` (the API server's suffix rules: ``500m``, ``1Gi``,
+    ``1e3``). Never raises: a malformed quantity counts as 0 (the API server refuses such a pod
+    anyway, and that refusal is reported)."""
+    if name not in NATIVE_RESOURCES:
+        return parse_quantity_count(value)
+    from kubernetes.utils.quantity import parse_quantity  # heavy import: only when asked
+
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+    return max(0, int(q * 1000)) if name == "cpu" else max(0, int(q))
+
+
 def _time(value: Any) -> float | None:
     if not value:
         return None
@@ -165,8 +188,9 @@ def _time(value: Any) -> float | None:
 def node_from_k8s(body: Mapping[str, Any]) -> Node:
     """Build a :class:`Node` from a Kubernetes Node (a dict or kopf's body view).
 
-    Only extended resources (names containing ``/``) are kept in ``allocatable`` and
-    ``capacity``; malformed quantities count as 0.
+    Extended resources (names containing ``/``) and :data:`NATIVE_RESOURCES` are kept in
+    ``allocatable`` and ``capacity`` (:func:`quantity_value` units); malformed quantities
+    count as 0.
     """
     md = body.get("metadata") or {}
     spec = body.get("spec") or {}
@@ -174,7 +198,7 @@ def node_from_k8s(body: Mapping[str, Any]) -> Node:
     ready_c = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), None)
 
     def extended(res: Mapping[str, Any] | None) -> dict[str, int]:
-        return {k: parse_quantity_count(v) for k, v in (res or {}).items() if "/" in k}
+        return {k: quantity_value(k, v) for k, v in (res or {}).items() if "/" in k or k in NATIVE_RESOURCES}
 
     return Node(
         name=md.get("name") or "",

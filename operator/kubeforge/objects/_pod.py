@@ -10,9 +10,10 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.api._base import to_plain
 from kubeforge.objects._labels import (
-    ADMISSION_GATE, ASSIGNED_NODE, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
+    ADMISSION_GATE, ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
+    WORKER_INDEX,
 )
-from kubeforge.objects._node import _time, parse_quantity_count
+from kubeforge.objects._node import NATIVE_RESOURCES, _time, parse_quantity_count, quantity_value
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -63,6 +64,10 @@ class Pod:
         affinity: ``spec.affinity`` of a pod waiting behind the admission gate (kept only for
             those: the admission round narrows it), else None.
         annotated: The pod has annotations (a JSON patch adds to them or creates them).
+        group: ``kubeforge.io/group-index`` of an InferenceService's pod, or None.
+        worker: ``kubeforge.io/worker-index`` (0, the leader, when absent).
+        ip: ``status.podIP``, or None.
+        container_restarts: Sum of its containers' ``restartCount``.
     """
 
     namespace: str
@@ -89,6 +94,10 @@ class Pod:
     created: float = 0.0
     affinity: Mapping[str, Any] | None = None
     annotated: bool = False
+    group: int | None = None
+    worker: int = 0
+    ip: str | None = None
+    container_restarts: int = 0
 
     @property
     def gated(self) -> bool:
@@ -115,11 +124,14 @@ def is_terminal(pod: Pod) -> bool:
     return pod.phase in TERMINAL_PHASES
 
 
-def _extended(container: Mapping[str, Any]) -> dict[str, int]:
+def _own(container: Mapping[str, Any], extended_only: bool = True) -> dict[str, int]:
     res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        return {}
     # Requests default to limits when left out (API defaulting; always so for extended resources).
     merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-    return {k: parse_quantity_count(v) for k, v in merged.items() if "/" in k}
+    return {k: quantity_value(k, v) for k, v in merged.items()
+            if "/" in k or (not extended_only and k in NATIVE_RESOURCES)}
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -133,23 +145,24 @@ def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
             into[k] = v
 
 
-def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Extended-resource requests of a pod spec, by kube-scheduler's rule.
+def pod_requests(spec: Mapping[str, Any], extended_only: bool = True) -> dict[str, int]:
+    """Resource requests of a pod spec, by kube-scheduler's rule.
 
     Kubernetes ``resourcehelper.AggregateContainerRequests`` (KEP-753 sidecars): the sum over
     app containers plus restartable init containers (sidecars, ``restartPolicy: Always``),
     and at least, for every other init container, its own request plus the sidecars started
     before it (init containers run one at a time, so the maximum counts, not the sum).
-    Only names with a ``/`` are kept (``nvidia.com/gpu``, ``amd.com/gpu``, ...). Pod
-    overhead never carries extended resources, so it is left out.
+    By default only names with a ``/`` are kept (``nvidia.com/gpu``, ``amd.com/gpu``, ...);
+    ``extended_only=False`` keeps :data:`NATIVE_RESOURCES` too (cpu in millicores, memory in
+    bytes). Pod overhead never carries extended resources, so it is left out.
     """
     reqs: dict[str, int] = {}
     for c in spec.get("containers") or []:
-        _add(reqs, _extended(c))
+        _add(reqs, _own(c, extended_only))
     sidecars: dict[str, int] = {}
     init: dict[str, int] = {}
     for c in spec.get("initContainers") or []:
-        own = _extended(c)
+        own = _own(c, extended_only)
         if c.get("restartPolicy") == "Always":
             _add(reqs, own)
             _add(sidecars, own)
@@ -160,6 +173,71 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
             _max(init, tmp)
     _max(reqs, init)
     return {k: v for k, v in reqs.items() if v > 0}
+
+
+def set_main_gpus(pod_spec: dict[str, Any], gpus: int, resource: str) -> dict[str, Any]:
+    """Give the main container (:func:`main_container`) ``gpus`` of ``resource`` as its request
+    and limit, in place; returns that container. What every builder does to a template, so
+    that :func:`replica_requests` books exactly the pod the builder makes.
+
+    Raises:
+        KeyError: the spec has no containers (the API models refuse such templates).
+    """
+    containers = pod_spec["containers"]
+    name = main_container([c.get("name") for c in containers])
+    main = next(c for c in containers if c.get("name") == name)
+    res = main.setdefault("resources", {})
+    res.setdefault("limits", {})[resource] = str(gpus)
+    res.setdefault("requests", {})[resource] = str(gpus)
+    return main
+
+
+def replica_requests(pod_spec: Mapping[str, Any], gpus: int, resource: str) -> dict[str, int]:
+    """What one replica's pod holds once built from ``pod_spec`` with ``gpus`` of ``resource``
+    on its main container: :func:`pod_requests` (every resource: cpu millicores, memory bytes,
+    extended counts) of that pod. Sidecars and init containers that request the resource count
+    by the scheduler's rule, so a rank of ``gpusPerReplica: 8`` with a 1-GPU sidecar holds 9.
+    This is the one number the placement fits and the ledger, the pool status and the quotas
+    book. Pure; the template is not modified.
+    """
+    containers = list(pod_spec.get("containers") or [])
+    if not containers:
+        return {}
+    spec = dict(pod_spec)
+    name = main_container([c.get("name") for c in containers])
+    at = next(i for i, c in enumerate(containers) if c.get("name") == name)
+    main = dict(containers[at])
+    res = dict(main.get("resources") or {}) if isinstance(main.get("resources"), Mapping) else {}
+    res["limits"] = {**(res.get("limits") or {}), resource: gpus}
+    res["requests"] = {**(res.get("requests") or {}), resource: gpus}
+    main["resources"] = res
+    containers[at] = main
+    spec["containers"] = containers
+    return pod_requests(spec, extended_only=False)
+
+
+def gpu_request_conflict(pod_spec: Mapping[str, Any], gpus: int, resource: str) -> str | None:
+    """Why a template's own GPU request disagrees with ``gpusPerReplica``, or None.
+
+    ``gpusPerReplica`` is the one place a replica's GPUs are given: the builder writes it on
+    the main container. A request or limit of ``resource`` that the user wrote on that
+    container with another value would be overwritten in silence, so it is refused instead
+    (the same value is accepted). Other containers may request GPUs; they are booked
+    (:func:`replica_requests`).
+    """
+    containers = list(pod_spec.get("containers") or [])
+    name = main_container([c.get("name") for c in containers])
+    main = next((c for c in containers if c.get("name") == name), None)
+    res = (main or {}).get("resources") or {}
+    if not isinstance(res, Mapping):
+        return None
+    for part in ("requests", "limits"):
+        value = (res.get(part) or {}).get(resource)
+        if value is not None and parse_quantity_count(value) != gpus:
+            return (f"container {name!r} sets resources.{part}[{resource}] to {value} but gpusPerReplica is "
+                    f"{gpus}: the operator gives the main container gpusPerReplica GPUs; remove the "
+                    f"{part} entry or make it equal")
+    return None
 
 
 def main_container(names: Sequence[str]) -> str | None:
@@ -225,4 +303,8 @@ def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
         created=_time(md.get("creationTimestamp")) or 0.0,
         affinity=to_plain(spec.get("affinity") or {}) if ADMISSION_GATE in gates else None,
         annotated=bool(md.get("annotations")),
+        group=_int(labels.get(GROUP_INDEX), -1) if labels.get(GROUP_INDEX) is not None else None,
+        worker=_int(labels.get(WORKER_INDEX)),
+        ip=st.get("podIP") or None,
+        container_restarts=sum(_int(cs.get("restartCount")) for cs in st.get("containerStatuses") or []),
     )

@@ -17,6 +17,7 @@ from kubeforge.api import (
 from kubeforge.api._base import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
 from kubeforge.objects._node import _time
+from kubeforge.objects._pod import replica_requests
 
 Key = tuple[str, str]
 """(namespace, name) of a namespaced object."""
@@ -104,6 +105,37 @@ def record_from_k8s(model: type[S], body: Mapping[str, Any]) -> Record[S]:
     )
 
 
+_RANK: dict[tuple[str, int, str, int | None], Mapping[str, int]] = {}
+
+
+def rank_requests(rec: Record, resource: str, gpus: int | None = None) -> Mapping[str, int]:
+    """What one pod of ``rec`` holds when its pool counts ``resource``: a TrainingJob's rank, or
+    a serving pod: :func:`~kubeforge.objects.replica_requests` of its template with ``gpus``
+    (default ``gpusPerReplica``) on the main container (every resource; ``resource`` is the
+    GPUs). Worked out once per (uid, generation, resource, gpus): the admission round asks for
+    every placed job every round. Empty when the spec does not parse."""
+    spec = rec.spec
+    if spec is None:
+        return {}
+    gpus = gpus if gpus is not None else spec.gpus_per_replica  # type: ignore[attr-defined]
+    key = (rec.uid, rec.generation, resource, gpus)
+    hit = _RANK.get(key) if rec.uid else None
+    if hit is not None:
+        return hit
+    out = replica_requests(spec.template.spec, gpus, resource)  # type: ignore[attr-defined]
+    if rec.uid:
+        if len(_RANK) >= _PARSED_MAX:
+            _RANK.clear()
+        _RANK[key] = out
+    return out
+
+
+def rank_gpus(rec: Record, resource: str) -> int:
+    """GPUs of ``resource`` one rank of ``rec`` holds (:func:`rank_requests`): at least
+    ``gpusPerReplica``, more when sidecars or init containers request GPUs too."""
+    return int(rank_requests(rec, resource).get(resource, 0))
+
+
 def current_attempt(status: Mapping[str, Any] | None) -> int:
     """The gang's current attempt: ``status.attempt``, the one definition used by the ledger,
     the lifecycle and the pod builder.
@@ -154,6 +186,79 @@ def condition_time(status: Mapping[str, Any] | None, type_: str) -> float | None
 def status_time(status: Mapping[str, Any] | None, field_name: str) -> float | None:
     """A timestamp field of ``status`` in unix seconds, or None."""
     return _time((status or {}).get(field_name))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """One replica group of an InferenceService as kept in ``status.groups[]``: its pods run on
+    ``nodes`` (worker ``w`` on ``nodes[w]``, the leader first), each holding ``gpus_per_pod``.
+
+    Attributes:
+        index: The group's index (``kubeforge.io/group-index``).
+        attempt: Its current attempt (``kubeforge.io/restart-attempt`` of its live pods).
+        phase: ``Starting``, ``Ready``, ``Draining`` or ``Failed``.
+        pool: Its GPUPool.
+        nodes: Node per worker; empty once the group holds nothing (failed).
+        gpus_per_pod: GPUs each pod holds (the scheduler's count, sidecars included).
+        level: Topology level whose one domain holds it, or None.
+        domain: That domain.
+        template_hash: What its pods were made from.
+        admitted_at: When it got its nodes (unix seconds), or None.
+        ready_since: When it became Ready, or None.
+        draining_since: When it left the Service to be deleted, or None.
+        restarts: Recreations after a lost pod or node.
+        startup_failures: Placements that did not start.
+        drain_for: ``ScaleDown`` or ``Rollout`` while draining, else None.
+        message: What it waits for, or why it failed.
+    """
+
+    index: int
+    attempt: int = 0
+    phase: str = "Starting"
+    pool: str = ""
+    nodes: tuple[str, ...] = ()
+    gpus_per_pod: int = 0
+    level: str | None = None
+    domain: str | None = None
+    template_hash: str | None = None
+    admitted_at: float | None = None
+    ready_since: float | None = None
+    draining_since: float | None = None
+    restarts: int = 0
+    startup_failures: int = 0
+    drain_for: str | None = None
+    message: str | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Whether the group holds GPUs (it has nodes and has not failed)."""
+        return bool(self.nodes) and self.phase != "Failed"
+
+
+def _int_of(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
+    """The groups in ``status.groups``, by index (malformed entries are skipped: a status the
+    schema let through must not stop the ledger)."""
+    out = []
+    for g in (status or {}).get("groups") or []:
+        if not isinstance(g, Mapping) or g.get("index") is None:
+            continue
+        out.append(GroupRecord(
+            index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=str(g.get("phase") or "Starting"),
+            pool=str(g.get("pool") or ""), nodes=tuple(str(n) for n in g.get("nodes") or ()),
+            gpus_per_pod=_int_of(g.get("gpusPerPod")), level=g.get("level"), domain=g.get("domain"),
+            template_hash=g.get("templateHash"), admitted_at=_time(g.get("admittedAt")),
+            ready_since=_time(g.get("readySince")), draining_since=_time(g.get("drainingSince")),
+            restarts=_int_of(g.get("restarts")), startup_failures=_int_of(g.get("startupFailures")),
+            drain_for=g.get("drainFor"), message=g.get("message"),
+        ))
+    return sorted(out, key=lambda g: g.index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ Typical use by a handler::
 from ._admission import QueueingStrategy, admit, queue_order
 from ._affinity import node_affinity
 from ._fit import place_gang
+from ._misfit import HOSTNAME_LABEL, format_quantity, node_misfit
 from ._model import (
     MODES,
     NodeFilter,
@@ -47,6 +48,9 @@ from ._summary import (
 from ._topology import WELL_KNOWN_LEVELS, detect_levels, with_paths
 
 __all__ = [
+    "HOSTNAME_LABEL",
+    "format_quantity",
+    "node_misfit",
     "DEFAULT_MAX_DOMAINS_PER_LEVEL",
     "INTERRUPTION_TAINT_PREFIXES",
     "MODES",

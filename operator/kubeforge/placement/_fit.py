@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
+from ._misfit import needs_misfit, needs_nofit_reason, spread_violation
 from ._model import GangRequest, NodeInfo, NoFit, Placement, Result, TopologyLevel
 from ._topology import check_levels, domain_path, find_level, group_by_domain, level_names
 
@@ -45,7 +46,10 @@ def _candidates(
         free = free if free > 0 else 0
         cached = node.path
         path = cached[1] if cached is not None and cached[0] == key else domain_path(node, levels)
-        cands.append(_Cand(node, free, free // g, path))
+        slots = free // g
+        if request.one_per_node and slots > 1:
+            slots = 1  # the template's own hostname anti-affinity: one rank per node
+        cands.append(_Cand(node, free, slots, path))
     return cands
 
 
@@ -184,16 +188,16 @@ def _pool_leftover(choice: Choice, cands: Sequence[_Cand], request: GangRequest)
     return sum(free[n] - k * request.gpus_per_replica for n, k in choice.items())
 
 
-def _slots_capacity(nodes: Sequence[NodeInfo], gpus: int) -> int:
-    return sum(n.gpus_allocatable // gpus for n in nodes)
+def _slots_capacity(nodes: Sequence[NodeInfo], gpus: int, one_per_node: bool = False) -> int:
+    return sum(min(n.gpus_allocatable // gpus, 1) if one_per_node else n.gpus_allocatable // gpus for n in nodes)
 
 
 def _pool_nofit(
     request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[_Cand], where: str
 ) -> NoFit:
     g = request.gpus_per_replica
-    if _slots_capacity(nodes, g) < request.replicas:
-        most = _slots_capacity(nodes, g)
+    most = _slots_capacity(nodes, g, request.one_per_node)
+    if most < request.replicas:
         return NoFit(
             reason=(
                 f"needs {_need(request)} {where}; even with every node empty the pool holds "
@@ -224,7 +228,7 @@ def _level_nofit(
     g = request.gpus_per_replica
     need = f"needs {_need(request)} inside one {level.name} domain"
     capacity = {
-        name: _slots_capacity(members, g)
+        name: _slots_capacity(members, g, request.one_per_node)
         for name, members in group_by_domain(nodes, level).items()
     }
     if not capacity:
@@ -275,7 +279,8 @@ def place_gang(
 ) -> Result:
     """Place a gang on a pool, or say why it cannot be placed.
 
-    Only nodes that match ``request.node_filter`` count at all; of those, usable nodes
+    Only nodes that match ``request.node_filter`` and offer what one replica needs besides
+    GPUs (``request.needs``: cpu, memory, other extended resources) count at all; of those, usable nodes
     (ready, not interrupted, not cordoned, every blocking taint tolerated by the pool or the
     request) outside ``request.avoid_nodes`` are used. A node's free GPUs are ``gpus_free`` minus
     ``reserved[node]``. A replica needs ``gpus_per_replica`` free GPUs on one node;
@@ -315,9 +320,27 @@ def place_gang(
         Required level, a gang larger than the largest domain or the pool even when
         empty).
 
+    The template's own anti-affinity is honoured: ``one_per_node`` puts one replica per node;
+    ``spread_keys`` are checked on the chosen nodes (a violation is a permanent NoFit: the
+    placement packs by GPUs first and does not search for a spread).
+
     Raises:
         ValueError: If levels repeat a name or a node label.
     """
+    result = _place_gang(request, nodes, levels, reserved)
+    if request.spread_keys and isinstance(result, Placement):
+        why = spread_violation(request, {n.name: n for n in nodes}, result.nodes)
+        if why:
+            return NoFit(reason=why, level=result.level, gpus_short=request.gpus, permanent=True)
+    return result
+
+
+def _place_gang(
+    request: GangRequest,
+    nodes: Sequence[NodeInfo],
+    levels: Sequence[TopologyLevel],
+    reserved: Mapping[str, int],
+) -> Result:
     check_levels(levels)
     g = request.gpus_per_replica
     if not nodes:
@@ -336,10 +359,21 @@ def place_gang(
                 gpus_short=request.gpus,
                 permanent=True,
             )
+    if request.needs:
+        fitting = [n for n in nodes if needs_misfit(request, n) is None]
+        if not fitting:
+            return NoFit(
+                reason=needs_nofit_reason(request, nodes),
+                level=request.level if request.mode != "None" else None,
+                gpus_short=request.gpus,
+                permanent=True,
+            )
+        nodes = fitting
     largest = max((n.gpus_allocatable for n in nodes), default=0)
     if g > largest:
         return NoFit(
-            reason=f"gpusPerReplica {g} exceeds the largest node's {largest} allocatable GPUs",
+            reason=f"a replica needs {g} GPUs, more than the largest node's {largest} allocatable GPUs"
+            " (gpusPerReplica, plus what its sidecars and init containers request by the scheduler's rule)",
             level=request.level if request.mode != "None" else None,
             gpus_short=request.gpus,
             permanent=True,

@@ -73,6 +73,10 @@ class NodeInfo:
         path: ``(levels, domain path)`` computed once for a pool's levels (see
             :func:`~kubeforge.placement.with_paths`), so placement does not recompute it for
             every gang; ignored when the levels differ.
+        resources: What the node offers pods besides GPUs, from ``status.allocatable``:
+            ``cpu`` in millicores, ``memory`` in bytes, extended resources as counts
+            (:func:`kubeforge.objects.quantity_value`). ``cpu`` / ``memory`` left out means
+            unknown (never a reason to refuse the node); an extended resource left out means 0.
 
     Raises:
         ValueError: If a GPU count is negative or not an int, or ``name`` is empty.
@@ -90,6 +94,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     capacity_type: str | None = None
     path: tuple | None = field(default=None, compare=False, repr=False)
+    resources: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -222,6 +227,13 @@ class GangRequest:
         tolerations: The pods' own tolerations (core/v1 dicts, from the template); they may
             tolerate taints the pool does not.
         node_filter: The template's node selector and required node affinity, or None.
+        needs: What one replica's pod requests besides the pool's GPUs (cpu millicores,
+            memory bytes, other extended resources; :func:`kubeforge.objects.replica_requests`).
+            A node that offers less of any can never run a replica and is not used.
+        one_per_node: The template's required pod anti-affinity on ``kubernetes.io/hostname``
+            selects the gang's own pods: at most one replica per node.
+        spread_keys: Other topology keys of such anti-affinity terms: no two replicas on
+            nodes that share a value of one of them (checked on the chosen nodes).
 
     Raises:
         ValueError: On a non-positive count, an unknown mode, or ``Required`` without a
@@ -235,6 +247,9 @@ class GangRequest:
     avoid_nodes: frozenset[str] = frozenset()
     tolerations: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     node_filter: NodeFilter | None = None
+    needs: Mapping[str, int] = field(default_factory=dict, hash=False)
+    one_per_node: bool = False
+    spread_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_count("GangRequest", "replicas", self.replicas, 1)

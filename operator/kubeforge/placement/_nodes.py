@@ -78,6 +78,7 @@ def node_info(
         cordoned=node.unschedulable,
         taints=blocking,
         capacity_type=capacity,
+        resources={k: v for k, v in node.allocatable.items() if k != gpu_resource},
     )
 
 

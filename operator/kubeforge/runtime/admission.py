@@ -6,8 +6,8 @@ every :data:`ROUND_INTERVAL` seconds. A burst of wake-ups within :data:`DEBOUNCE
 one round. Applying a round is cheap: an admitted gang becomes an *assumed* placement in the
 cache (it holds its GPUs in the next round's ledger at once) and its reconcile is queued,
 which writes the placement to status and creates the pods; a waiting gang's reason goes to
-its reconcile the same way. Only the serving replicas are patched from here (their pods are
-the Deployment's, not ours to write status for).
+its reconcile the same way. A serving replica group placed is assumed the same way and its
+service's reconcile writes it and creates its pods.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import logging
 import time
 
 from kubeforge import metrics
-from kubeforge.admission import AdmissionPlan, plan_admission, preemption_message
-from kubeforge.builders.inference import release_patch
+from kubeforge.admission import AdmissionPlan, AssumedGroup, plan_admission, preemption_message
 from kubeforge.objects import PlacementRecord
 from kubeforge.runtime.state import Runtime
-from kubeforge.runtime.training import gather_bounded
 
 log = logging.getLogger("kubeforge.admission")
 
@@ -96,16 +94,14 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
         if cache.waiting.get(w.key) != waiting[w.key]:
             rt.queue_job(w.key)
     cache.waiting = waiting
-    if plan.serve:
-        pods = {(p.namespace, p.name): p for p in cache.snapshot_gated()}
-        patches = []
-        for s in plan.serve:
-            pod = pods.get(s.pod)
-            if pod is not None:
-                cache.assume_pod(s.pod, s.node)
-                patches.append(rt.client.patch("Pod", pod.namespace, pod.name,
-                                               release_patch(pod.affinity, pod.annotated, s.node), patch_type="json"))
-        for r in await gather_bounded(patches):
-            if isinstance(r, BaseException):  # gone, or ungated meanwhile: the next round sees it
-                log.info("serving replica not released: %s", r)
+    for g in plan.groups:
+        pl = g.placement
+        cache.assume_group(g.key, AssumedGroup(g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason),
+                                               g.gpus_per_pod))
+        rt.queue_service(g.key)
+        metrics.ADMISSIONS.labels(pool=g.pool, result="admitted").inc()
+    for key, why in plan.serving_waits.items():
+        if cache.serving_waits.get(key) != why:
+            rt.queue_service(key)
+    cache.serving_waits = dict(plan.serving_waits)
     return plan

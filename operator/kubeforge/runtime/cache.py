@@ -5,8 +5,8 @@
 - The status overlay holds the status this process last wrote for an object until the index
   has caught up with that write (by resourceVersion), so no decision acts on a lagging copy
   (that is how two jobs could otherwise get the same GPUs).
-- Assumed placements: admission decided them, the job's status does not show them yet; they
-  hold GPUs in the ledger meanwhile (Kueue's assume).
+- Assumed placements: admission decided them, the job's status (a service's ``status.groups``)
+  does not show them yet; they hold GPUs in the ledger meanwhile (Kueue's assume).
 - Expectations: pods this process created or deleted that the index does not show yet, so
   a reconcile that runs before the watch catches up does not create or delete them again
   (the Job controller's expectations).
@@ -22,11 +22,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Hashable, Iterator, Mapping
 
-from kubeforge.admission import AdmissionMemo, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
+from kubeforge.admission import (
+    AdmissionMemo, AssumedGroup, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view,
+)
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import (
-    ADMISSION_GATE, DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record,
-    TrainingJobRecord, placement_of,
+    DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record, TrainingJobRecord,
+    placement_of,
 )
 
 EXPECTATION_TTL = 60.0
@@ -74,7 +76,9 @@ class Cache:
     services_made: dict[str, float] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
-    assumed_pods: dict[Key, tuple[str, float]] = field(default_factory=dict)
+    assumed_groups: dict[tuple[Key, int], tuple[AssumedGroup, float]] = field(default_factory=dict)
+    serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    activator: tuple[tuple[str, ...], int | None] = ((), None)
     serving: dict[Key, Any] = field(default_factory=dict)
     nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
     preempt_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
@@ -150,6 +154,14 @@ class Cache:
         """``volumeBindingMode`` of a StorageClass, None when it does not exist."""
         return self._one("kf_storage_classes", storage_class)
 
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (as the namespaces watch last showed it)."""
+        return bool(self._one("kf_namespaces", namespace))
+
+    def terminating_namespaces(self) -> frozenset[str]:
+        """Every namespace being deleted."""
+        return frozenset(k for k, _ in self._all("kf_namespaces"))  # type: ignore[misc]
+
     def view(self, pool: str) -> PoolView | None:
         """The pool as the last admission round saw it (its levels, tolerations, resource);
         built now when no round has run yet."""
@@ -223,12 +235,22 @@ class Cache:
             del entries[n]
         return set(entries)
 
+    def observed(self, book: dict[Key, dict[str, float]], key: Key, name: str) -> None:
+        """The index showed ``name``: the expectation is met and goes (controller-runtime's
+        ``CreationObserved``). Left to its TTL, a name reused later (a group index added back
+        after a scale-down) would be taken as created for a minute and never made."""
+        entries = book.get(key)
+        if entries is not None:
+            entries.pop(name, None)
+
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
         for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
                      self.waiting, self.last_wait_write, self.serving, self.nominations, self.preempt_requests,
-                     self._views):
+                     self._views, self.serving_waits):
             book.pop(key, None)  # type: ignore[attr-defined]
+        for gk in [k for k in self.assumed_groups if k[0] == key]:
+            del self.assumed_groups[gk]
 
     # --- the admission snapshot ---------------------------------------------------------------------
 
@@ -244,27 +266,35 @@ class Cache:
         self._views[rec.key] = view
         return view
 
-    def snapshot_gated(self) -> list[Pod]:
-        """Serving replicas still behind the admission gate, as the index shows them."""
-        return [p for p in self._pods_of("svc") if ADMISSION_GATE in p.gates and not p.deleting]
+    def assume_group(self, key: Key, group: AssumedGroup) -> None:
+        """Admission gave one of ``key``'s replica groups nodes: they hold its GPUs until the
+        service's status shows the group (or :data:`ASSUME_TTL` passes with no write)."""
+        self.assumed_groups[(key, group.index)] = (group, time.monotonic())
 
-    def assume_pod(self, key: Key, node: str) -> None:
-        """A gated replica was given ``node``: it holds its GPUs there until the index shows
-        it released."""
-        self.assumed_pods[key] = (node, time.monotonic())
+    def assumed_groups_of(self, key: Key) -> dict[int, AssumedGroup]:
+        """The groups of ``key`` admission placed that its status does not show yet."""
+        now = time.monotonic()
+        out = {}
+        for (k, index), (g, at) in list(self.assumed_groups.items()):
+            if k != key:
+                continue
+            if key not in self.writing and now - at > ASSUME_TTL:
+                del self.assumed_groups[(k, index)]
+                continue
+            out[index] = g
+        return out
+
+    def forget_groups(self, key: Key, indices: list[int]) -> None:
+        """The service's status now carries (or dropped) these admitted groups."""
+        for i in indices:
+            self.assumed_groups.pop((key, i), None)
 
     def snapshot(self) -> Snapshot:
         """Everything an admission round reads, from the indexes and this process's memory."""
         pods: list[Pod] = list(self._pods_of("node"))
         now = time.monotonic()
-        gated = {(p.namespace, p.name): p for p in self.snapshot_gated()}
-        for key in list(self.assumed_pods):
-            node, at = self.assumed_pods[key]
-            if key not in gated or now - at > ASSUME_TTL:
-                del self.assumed_pods[key]  # the index shows it released (or it is gone)
-        for key, p in gated.items():
-            a = self.assumed_pods.get(key)
-            pods.append(replace(p, assigned=a[0], gates=()) if a else p)
+        for gk in [k for k, (_, at) in self.assumed_groups.items() if k[0] not in self.writing and now - at > ASSUME_TTL]:
+            del self.assumed_groups[gk]
         jobs = {rec.key: self.job_view(rec) for rec in self.jobs()}
         self._views = dict(jobs)  # drop the views of jobs that are gone
         return Snapshot(
@@ -272,10 +302,12 @@ class Cache:
             nodes={k: v for k, v in self._all("kf_nodes")},  # type: ignore[misc]
             pods=pods,
             jobs=jobs,
-            services={k: v for k, v in self._all("kf_services")},  # type: ignore[misc]
+            services={k: self.effective(k, v) for k, v in self._all("kf_services")},  # type: ignore[misc]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
             nominations={k: (pool, by_node) for k, (pool, by_node, at) in self.nominations.items()
                          if time.monotonic() - at < NOMINATION_TTL},
             preempting=frozenset(self.preempt_requests),
             claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
+            terminating=self.terminating_namespaces(),
+            assumed_groups={k: g for k, (g, _) in self.assumed_groups.items()},
         )

@@ -62,10 +62,16 @@ RESOURCES: dict[str, Resource] = {
     "Event": Resource("/api/v1", "events"),
     "Deployment": Resource("/apis/apps/v1", "deployments"),
     "Lease": Resource("/apis/coordination.k8s.io/v1", "leases"),
+    "Namespace": Resource("/api/v1", "namespaces", namespaced=False),
+    "EndpointSlice": Resource("/apis/discovery.k8s.io/v1", "endpointslices"),
     "TrainingJob": Resource(_OURS, "trainingjobs"),
     "InferenceService": Resource(_OURS, "inferenceservices"),
     "GPUPool": Resource(_OURS, "gpupools", namespaced=False),
 }
+
+
+FIELD_MANAGER = "kubeforge"
+"""The field manager of the operator's server-side applies."""
 
 
 class ApiError(Exception):
@@ -114,6 +120,22 @@ class KubeClient:
         session = getattr(self._api.rest_client, "pool_manager", None)
         if session is not None and hasattr(session, "_trust_env"):
             session._trust_env = False
+
+    def server_addresses(self) -> frozenset[str]:
+        """Where the API server answers, as this process reaches it: ``host:port`` of the
+        configured server URL and of the in-cluster ``KUBERNETES_SERVICE_HOST``. What
+        :mod:`kubeforge.autoscaling.urls` never lets an InferenceService's prometheusURL reach."""
+        assert self._api is not None, "KubeClient.start() first"
+        from urllib.parse import urlsplit
+
+        out: set[str] = set()
+        parts = urlsplit(self._api.configuration.host)
+        if parts.hostname:
+            out.add(f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}")
+        env_host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        if env_host:
+            out.add(f"{env_host}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
+        return frozenset(out)
 
     @property
     def api(self) -> kclient.ApiClient:
@@ -207,6 +229,13 @@ class KubeClient:
         ctype = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}[patch_type]
         return await self.request("PATCH", r.path(namespace, name, sub), body, content_type=ctype, read=read,
                                   resource=f"{r.plural}/{sub}" if sub else r.plural)
+
+    async def apply(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply ``body`` as field manager ``kubeforge`` (force: the operator owns
+        the object), creating it when absent."""
+        r = RESOURCES[kind]
+        await self.request("PATCH", r.path(namespace, name), body, content_type="application/apply-patch+yaml",
+                           query={"fieldManager": FIELD_MANAGER, "force": "true"}, resource=r.plural)
 
     async def patch_status(self, kind: str, namespace: str | None, name: str, status: Mapping[str, Any],
                            resource_version: str | None = None) -> dict | None:

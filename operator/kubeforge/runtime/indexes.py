@@ -70,12 +70,14 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     if pod.job is not None:
         key = (pod.namespace, pod.job)
         out[("job",) + key] = pod
+        rt.cache.observed(rt.cache.created, key, pod.name)
         rt.queue_job(key)
         if _frees_gpus(pod):
             rt.wake_admission()
     if pod.service is not None:
         key = (pod.namespace, pod.service)
         out[("svc",) + key] = pod
+        rt.cache.observed(rt.cache.created, key, pod.name)
         rt.queue_service(key)
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
             rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back
@@ -140,6 +142,23 @@ async def kf_storage_classes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     """StorageClass name -> volumeBindingMode."""
     memo.rt.wake_admission()
     return {name: body.get("volumeBindingMode") or "Immediate"}
+
+
+@kopf.index("namespaces")
+async def kf_namespaces(name: str, body: Any, memo: Any, **_: Any) -> dict:
+    """Namespaces being deleted -> True (others are left out). When one starts terminating,
+    its jobs and services are looked at at once: the namespace controller is about to delete
+    their pods, which must not be taken for preemptions (issue 18)."""
+    md = body.get("metadata") or {}
+    terminating = bool(md.get("deletionTimestamp")) or (body.get("status") or {}).get("phase") == "Terminating"
+    if not terminating:
+        return {}
+    rt = memo.rt
+    if not rt.cache.namespace_terminating(name):
+        for rec in rt.cache.jobs():
+            if rec.namespace == name:
+                rt.queue_job(rec.key)
+    return {name: True}
 
 
 @kopf.on.event("namespaces", when=lambda memo, **_: not memo.rt.ready.is_set())

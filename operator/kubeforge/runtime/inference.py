@@ -1,24 +1,29 @@
-"""InferenceService reconcile: serving objects and the queue-driven autoscaler.
+"""InferenceService reconcile: read the cache, autoscale, ask :func:`kubeforge.serving.plan_serving`,
+apply. The one writer of an InferenceService's status.
 
-Once per ``autoscaling.pollingIntervalSeconds`` (and at once when the spec changes):
+Every reconcile (a pod, a node, admission or a timer brought it here):
 
-1. resolve the first existing pool of ``spec.pools``;
-2. create the Service and the Deployment when absent (owned by the InferenceService); when
-   the pod template the spec asks for (template, GPUs, pool, topology) differs from the one
-   last written, write it once: a rolling update with ``maxSurge: 0``;
-3. read the queue metric from Prometheus (never from the pods), only from an allowed URL;
-4. ask the pure autoscaler (:func:`kubeforge.autoscaling.decide`) for the replica count,
-   capped by what the pool can place now (the GPU ledger after the last admission round);
-5. scale the Deployment when the count changes (an Event gives the numbers), write the
-   status once.
+1. resolve the first existing pool of ``spec.pools`` and the replica's shape there
+   (:func:`kubeforge.admission.group_shape`: pods per replica, GPUs each);
+2. make sure the Service exists (no selector: the operator writes its EndpointSlice);
+3. once per ``autoscaling.pollingIntervalSeconds`` (and at once when the spec changes), read
+   the metric from Prometheus (only an allowed URL) and ask the pure autoscaler
+   (:func:`kubeforge.autoscaling.decide`) for the replica count, capped by how many whole
+   groups the pool can place now (:func:`kubeforge.admission.groups_that_fit`);
+4. ask :func:`~kubeforge.serving.plan_serving` what to do with the groups (admission's new
+   groups, failures, startup, drain, rollout, scale);
+5. write the status once (the groups' nodes are on record before their pods exist), then
+   delete, create, write the EndpointSlice, post Events.
 
-The autoscaler's memory lives in the process; after a restart it is seeded from the current
-replica count (as the HPA seeds from ``status.desiredReplicas``), so a restart never causes a
-sudden scale-down. This is the one writer of an InferenceService's status.
+The autoscaler's memory lives in the process; after a restart it is seeded from
+``status.desiredReplicas`` (as the HPA seeds from the scale's replicas), so a restart never
+causes a sudden scale-down. A Deployment left by kubeforge 0.1 (replicas behind an admission
+gate) is deleted once: it is ours, and the groups replace it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -27,14 +32,20 @@ from typing import Any
 import httpx
 
 from kubeforge import metrics
-from kubeforge.admission import PoolView, placeable
-from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
-from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, render_query, url_allowed
+from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, decide
+from kubeforge.autoscaling.drain import running_by_pod
+from kubeforge.autoscaling import Signals
+from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, read_signals, render_query
+from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
-from kubeforge.builders.inference import build_deployment, build_pod_template, build_service, template_hash
-from kubeforge.objects import InferenceServiceRecord, Key, condition
+from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
+from kubeforge.builders.training import WORKERS_SERVICE, build_workers_service
+from kubeforge.objects import InferenceServiceRecord, Key, condition, groups_of
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.training import gather_bounded
+from kubeforge.serving import ServingContext, ServingPlan, plan_serving
 
 log = logging.getLogger("kubeforge.inference")
 KIND = "InferenceService"
@@ -43,13 +54,16 @@ PROMETHEUS_TIMEOUT = 2.0
 
 @dataclass
 class ServiceMemory:
-    """What the process remembers about one InferenceService between decisions."""
+    """What the process remembers about one InferenceService between reconciles."""
 
     autoscaler: AutoscalerState = field(default_factory=AutoscalerState)
     decided_at: float | None = None
     generation: int | None = None
+    decision: Decision | None = None
+    query: QueryResult | None = None
+    capacity_note: str | None = None
     service_made: bool = False
-    deployment_made_at: float | None = None
+    slice_written: str | None = None
 
 
 _http: httpx.AsyncClient | None = None
@@ -62,17 +76,13 @@ def query_for(rec: InferenceServiceRecord) -> str:
     return render_query(template, rec.namespace, rec.name)
 
 
-def _placeable(rt: Runtime, view: PoolView | None, gpus: int, current: int, unplaced: int = 0) -> int | None:
-    if view is None:
-        return None
-    led = rt.cache.ledgers.get(view.resource)
-    held = led.per_node if led is not None else {n.name: n.gpus_allocated for n in view.nodes}
-    return placeable(view, held, gpus, current, unplaced)
-
-
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
     patch = {**patch, "observedGeneration": rec.generation}
-    written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
+    rt.cache.writing.add(rec.key)  # admitted groups must not expire while their write is in flight
+    try:
+        written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
+    finally:
+        rt.cache.writing.discard(rec.key)
     rt.cache.remember(rec.key, written)
 
 
@@ -85,154 +95,283 @@ async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, mess
     rt.event(KIND, rec, "Warning", reason, message, now)
 
 
-async def _refused(rt: Runtime, rec: InferenceServiceRecord, kind: str, name: str, e: ApiError, now: float) -> None:
-    """The API server refused an object built from the spec (400/422: the template is not a
-    valid pod; 403: a quota, PodSecurity or a webhook): say so in ``Ready`` and a Warning
-    Event, instead of retrying the same body in silence."""
-    reason = "InvalidSpec" if e.code in (400, 422) else "CreateFailed"
-    await _not_ready(rt, rec, reason, f"the API server refused {kind} {name} (HTTP {e.code}): {e.message}", now)
+async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None:
+    """A spec the models refuse (only objects made before a schema change get this far): say so
+    once, and hold nothing: its groups are released and their pods deleted, as a TrainingJob's
+    placement is (never GPUs booked for replicas nobody manages)."""
+    live = [p.name for p in rt.cache.service_pods(rec.key) if not p.deleting]
+    if live:
+        await gather_bounded([rt.client.delete("Pod", rec.namespace, n) for n in live])
+    if rec.status.get("groups"):
+        await _write(rt, rec, {"groups": [], "replicas": 0, "readyReplicas": 0})
+        rt.wake_admission()
+    await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+
+
+async def _being_deleted(rt: Runtime, key: Key) -> bool:
+    """Whether the service is gone or going although the index does not show it yet. Its pods'
+    deletions by the garbage collector can arrive before the service's own event (another
+    watch): read it once, only when a pod of it is being deleted by someone else, so that its
+    deletion is never taken for lost replicas (a Warning and a recreation per group)."""
+    mine = rt.cache.expected(rt.cache.deleted, key)
+    if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
+        return False
+    body = await rt.client.get(KIND, key[0], key[1])
+    return body is None or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+async def _http_client() -> httpx.AsyncClient:
+    global _http
+    if _http is None:
+        _http = httpx.AsyncClient()
+    return _http
+
+
+async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
+    """What the autoscaler decides on, from an allowed URL: vLLM's signals (queue-depth mode with
+    the default metric, and SLO mode), or one number (SGLang's, Triton's or a custom query).
+    Returns the queue as a :class:`QueryResult` (for ``lastMetricValue`` and the condition's
+    error text) and the :class:`~kubeforge.autoscaling.Signals` when read."""
+    a = rec.spec.autoscaling  # type: ignore[union-attr]
+    refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
+        await resolved_refusal(a.prometheus_url, rt.api_servers)
+    if refusal:
+        return QueryResult(None, None, refusal), None
+    http = await _http_client()
+    if a.slo is None and (a.query or a.metric.value != "VLLMWaiting"):  # a named or custom queue: one number
+        return await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT), None
+    # vLLM's own series: the queue (waiting + the activator's held), and the running requests that
+    # keep a service from counting as idle; every latency signal in SLO mode. One query.
+    slo = a.slo
+    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name,
+                             percentile=slo.percentile if slo else 90.0,
+                             window_seconds=slo.window_seconds if slo else 60.0, timeout=PROMETHEUS_TIMEOUT)
+    queue = sig.value("queue")
+    error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
+    return QueryResult(queue, sig.time, error), sig
+
+
+async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemory, multi: bool) -> bool:
+    """The Service (no selector) and, for groups of several pods, the namespace's headless
+    Service their leaders are found through; a 0.1 Deployment goes. False when the API server
+    refused the Service (reported)."""
+    ns, name = rec.key
+    if not mem.service_made:
+        try:
+            await rt.client.apply("Service", ns, name, build_service(rec))
+            # A Service made by kubeforge 0.1 selected the replicas itself: its endpoints are ours now.
+            await rt.client.patch("Service", ns, name, {"spec": {"selector": None}})
+        except ApiError as e:
+            if e.transient:
+                raise
+            reason = "InvalidSpec" if e.code in (400, 422) else "CreateFailed"
+            await _not_ready(rt, rec, reason, f"the API server refused Service {name} (HTTP {e.code}): {e.message}",
+                             time.time())
+            return False
+        mem.service_made = True
+    if rt.cache.deployment(rec.key) is not None:
+        log.info("inferenceservice %s/%s: deleting the Deployment of kubeforge 0.1 (replaced by replica groups)", ns, name)
+        await rt.client.delete("Deployment", ns, name)
+    if multi and not rt.cache.workers_service_made(ns):
+        rt.cache.services_made[ns] = time.monotonic()
+        await rt.client.create("Service", ns, build_workers_service(ns))
+    return True
+
+
+def _capacity(rt: Runtime, rec: InferenceServiceRecord, shape: GroupShape | None, holding: int) -> tuple[int | None, str | None]:
+    """(replicas the pool can hold in all now, why not one more) for the autoscaler's cap."""
+    if shape is None:
+        return None, None
+    view = rt.cache.view(shape.pool)
+    if view is None:
+        return None, None
+    led = rt.cache.ledgers.get(view.resource)
+    held = led.per_node if led is not None else {n.name: n.gpus_allocated for n in view.nodes}
+    limit = max(0, rec.spec.max_replicas - holding)  # type: ignore[union-attr]
+    fit, why = groups_that_fit(view, held, group_request(rec, view, shape), limit)
+    return holding + fit, why
+
+
+async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: int) -> dict[int, float]:
+    """Running requests per group, from its leader pod's series: read only while a group drains
+    or a scale-down has to choose which to drain (the least loaded)."""
+    groups = groups_of(rec.status)
+    active = sum(1 for g in groups if g.draining_since is None)
+    if not any(g.draining_since is not None for g in groups) and desired >= active:
+        return {}
+    a = rec.spec.autoscaling  # type: ignore[union-attr]
+    if url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers):
+        return {}
+    by_pod = await running_by_pod(await _http_client(), a.prometheus_url, rec.namespace, rec.name, PROMETHEUS_TIMEOUT)
+    if by_pod is None:
+        return {}
+    leaders = {p.name: p.group for p in pods if p.worker == 0 and p.group is not None}
+    out: dict[int, float] = {}
+    for g in groups:
+        names = [n for n, idx in leaders.items() if idx == g.index]
+        if names and all(n in by_pod for n in names):
+            out[g.index] = sum(by_pod[n] for n in names)
+    return out
 
 
 async def reconcile_service(rt: Runtime, key: Key) -> float | None:
-    """One autoscaling step for one InferenceService; returns seconds until the next."""
-    global _http
+    """One step of one InferenceService; returns seconds until it wants another look."""
     await rt.ready.wait()
     cache = rt.cache
     rec = cache.service(key)
     if rec is None or rec.deleting:
         cache.forget(key)
         rt.services.forget(key)
+        rt.wake_admission()
+        return None
+    if cache.namespace_terminating(key[0]):
+        return None  # the namespace controller deletes everything: nothing is created or counted
+    if await _being_deleted(rt, key):
         return None
     rec = cache.effective(key, rec)
     now = time.time()
     mem = cache.serving.setdefault(key, ServiceMemory())
     spec = rec.spec
     if spec is None:
-        await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+        await _invalid(rt, rec, now)
         return 30.0
     pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
     if pool_name is None:
         await _not_ready(rt, rec, "PoolNotFound", f"none of the GPUPools {list(spec.pools)} exists", now)
         return 30.0
-    interval = float(spec.autoscaling.polling_interval_seconds)
-    if mem.decided_at is not None and mem.generation == rec.generation and now - mem.decided_at < interval:
-        return interval - (now - mem.decided_at)
-    mem.decided_at, mem.generation = now, rec.generation
-
-    pool = cache.pool(pool_name)
     view = cache.view(pool_name)
-    level = spec.topology.level if spec.topology.mode.value == "Required" else None
-    level_label = next((lv.node_label for lv in view.levels if lv.name == level), None) if (view and level) else None
-    template = build_pod_template(
-        rec, gpu_resource=view.resource if view else "nvidia.com/gpu",
-        node_selector=pool.spec.node_selector.to_dict() if pool and pool.spec else None,
-        tolerations=view.tolerations if view else (), pool=pool_name, level_label=level_label,
-    )
-    thash = template_hash(template)
-    ns, name = key
-    if not mem.service_made:
-        await rt.client.create("Service", ns, build_service(rec))
-        mem.service_made = True
-    dep = cache.deployment(key)
-    gpus = spec.gpus_per_replica
-    rollout: list[dict[str, Any]] = []  # JSON-patch ops of a template change, written with the scale
-    if dep is None:
-        if mem.deployment_made_at is not None and now - mem.deployment_made_at < 30:
-            return 1.0  # created a moment ago; the index has not shown it yet
-        first = spec.min_replicas
-        cap = _placeable(rt, view, gpus, 0)
-        if cap is not None:
-            first = min(first, cap)
-        try:
-            await rt.client.create("Deployment", ns, build_deployment(rec, replicas=first, template=template))
-        except ApiError as e:
-            if e.transient:
-                raise
-            await _refused(rt, rec, "Deployment", name, e, now)
-            return 30.0
-        mem.deployment_made_at = now
-        rt.event(KIND, rec, "Normal", "Created", f"Deployment and Service created with {first} replicas", now)
-        current, ready, total = first, 0, 0
-    else:
-        current, ready, total = dep.replicas, dep.ready, dep.current
-        if dep.template_hash != thash:
-            rollout = [
-                {"op": "replace", "path": "/spec/template", "value": template},
-                {"op": "add", "path": "/metadata/annotations/kubeforge.io~1template-hash", "value": thash},
-            ]
+    shaped = group_shape(rec, view) if view is not None else "the pool is not known yet"
+    shape = shaped if isinstance(shaped, GroupShape) else None
+    if not await _ensure_children(rt, rec, mem, multi=bool(shape and shape.pods > 1)):
+        return 30.0
 
-    a = spec.autoscaling
-    if not url_allowed(a.prometheus_url, rt.options.prometheus_allow):
-        q = QueryResult(None, None, "prometheusURL is not one of the operator's allowed Prometheus URLs")
-    else:
-        if _http is None:
-            _http = httpx.AsyncClient()
-        q = await query_scalar(_http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT)
-    pods = [p for p in cache.service_pods(key) if not p.deleting]
-    bound = sum(1 for p in pods if p.where and not p.terminal)
-    policy = AutoscalingPolicy.from_spec(spec)
-    d = decide(policy, mem.autoscaler, current, q.value, now, _placeable(rt, view, gpus, current, unplaced=max(0, current - bound)))
-    mem.autoscaler = d.state
-    metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
-    patch: dict[str, Any] = {}
-    if rollout:
-        # The new template and the new replica count go in ONE write. Written apart (template,
-        # then replicas a moment later), a maxSurge-0 rollout can wedge forever in the
-        # Deployment controller: kubernetes/kubernetes#102551 (fix proposed in #138036).
-        if d.desired != current:
-            rollout.append({"op": "replace", "path": "/spec/replicas", "value": d.desired})
-        try:
-            await rt.client.patch("Deployment", ns, name, rollout, patch_type="json")
-        except ApiError as e:
-            if e.transient:
-                raise
-            await _refused(rt, rec, "Deployment", name, e, now)
-            return 30.0
-        rt.event(KIND, rec, "Normal", "Updated", "pod template changed: rolling out one replica at a time (maxSurge 0)", now)
-    elif d.desired != current:
-        await rt.client.patch("Deployment", ns, name, {"spec": {"replicas": d.desired}}, sub="scale")
-    if d.desired != current:
-        patch["lastScaleTime"] = rfc3339(now)
-        patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
-        rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
-    if q.value is not None:
-        patch["lastMetricValue"] = q.value
-        patch["lastMetricTime"] = rfc3339(q.time or now)
-    conds = rec.status.get("conditions")
-    active_msg = d.inactive_reason or d.reason
-    if q.error:
-        active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
-        old_active = condition(rec.status, "ScalingActive")
-        if not old_active or old_active.get("status") != "False":
-            rt.event(KIND, rec, "Warning", "FailedGetMetric", active_msg, now)
-    gen = rec.generation
-    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
-    conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason,
-                          d.limited_reason or "desired replicas within bounds and capacity", now, gen)
-    old_limited = condition(rec.status, "ScalingLimited")
-    if d.limited and d.limited_condition_reason == "InsufficientCapacity" and not (
-            old_limited and old_limited.get("status") == "True" and old_limited.get("reason") == "InsufficientCapacity"):
-        rt.event(KIND, rec, "Warning", "InsufficientCapacity", d.limited_reason or "the pool cannot place the replicas", now)
-    if d.desired == 0 and policy.min_replicas == 0:
-        conds = set_condition(conds, "Ready", True, "ScaledToZero", "no replicas: scaled to zero while idle", now, gen)
-    else:
-        conds = set_condition(conds, "Ready", ready > 0, "ReplicasReady" if ready else "NoReadyReplicas",
-                              f"{ready} of {d.desired} replicas ready", now, gen)
-    patch.update({
-        "replicas": total,
-        "readyReplicas": ready,
-        "desiredReplicas": d.desired,
-        "conditions": conds,
-        "url": f"http://{name}.{ns}.svc:{spec.port}",
-    })
+    groups = groups_of(rec.status)
+    assumed = cache.assumed_groups_of(key)
+    holding = sum(1 for g in groups if g.holds) + sum(1 for i in assumed if i not in {g.index for g in groups})
+    current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if g.draining_since is None)))
+    interval = float(spec.autoscaling.polling_interval_seconds)
+    if mem.decision is None or mem.generation != rec.generation or now - (mem.decided_at or 0) >= interval:
+        q, signals = await _query(rt, rec)
+        cap, note = _capacity(rt, rec, shape, holding)
+        d = decide(AutoscalingPolicy.from_spec(spec), mem.autoscaler, current, signals if signals is not None else q.value,
+                   now, cap)
+        mem.autoscaler, mem.decision, mem.query, mem.capacity_note = d.state, d, q, note
+        mem.decided_at, mem.generation = now, rec.generation
+        metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
+    d, q = mem.decision, mem.query
+    assert d is not None and q is not None
+    pods = cache.service_pods(key)
+    names = {n for g in groups for n in g.nodes} | {n for a in assumed.values() for n in a.placement.nodes}
+    ctx = ServingContext(
+        now=now, desired=d.desired, pods=pods, nodes={n: x for n in names if (x := cache.node(n)) is not None},
+        shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
+        template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
+        waiting=cache.serving_waits.get(key),
+    )
+    plan = plan_serving(rec, ctx)
+    patch = _status_patch(rec, plan, d, q, mem, now, current)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
         except ApiError as e:
             if e.transient:
                 raise
-            log.error("inferenceservice %s/%s: status write refused: %s", ns, name, e)
-    return interval
+            log.error("inferenceservice %s/%s: status write refused: %s", key[0], key[1], e)
+            return 30.0
+    cache.forget_groups(key, plan.written_assumed)
+    await _apply(rt, rec, plan, ctx)
+    if d.desired != current:
+        rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+    _condition_events(rt, rec, patch, now)
+    for type_, reason, message in plan.events:
+        rt.event(KIND, rec, type_, reason, message, now)
+    if plan.release or d.desired > holding:
+        rt.wake_admission()
+    left = max(0.5, interval - (now - (mem.decided_at or now)))
+    return min(left, plan.requeue_after) if plan.requeue_after is not None else left
+
+
+def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any], now: float) -> None:
+    """A Warning Event when the metric cannot be read (``ScalingActive`` turns False) or the pool
+    cannot place the replicas asked for (``ScalingLimited`` turns True/InsufficientCapacity): once
+    per transition, not per poll."""
+    new = {c["type"]: c for c in patch.get("conditions") or []}
+    for type_, bad in (("ScalingActive", "False"), ("ScalingLimited", "True")):
+        c, old = new.get(type_), condition(rec.status, type_)
+        if c is None or c["status"] != bad:
+            continue
+        if type_ == "ScalingLimited" and c["reason"] != "InsufficientCapacity":
+            continue
+        if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
+            rt.event(KIND, rec, "Warning", c["reason"], c["message"], now)
+
+
+def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,
+                  mem: ServiceMemory, now: float, current: int) -> dict[str, Any]:
+    spec = rec.spec
+    assert spec is not None
+    patch: dict[str, Any] = dict(plan.status or {})
+    conds = patch.get("conditions", rec.status.get("conditions"))
+    gen = rec.generation
+    active_msg = d.inactive_reason or d.reason
+    if q.error:
+        active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
+    limited = d.limited_reason or "desired replicas within bounds and capacity"
+    if d.limited_condition_reason == "InsufficientCapacity" and mem.capacity_note:
+        limited = f"{limited}; the next replica: {mem.capacity_note}"
+    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
+    conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason, limited, now, gen)
+    if d.slo is not None:  # SLO mode: the measured percentiles against the targets
+        met = "Unknown" if d.slo.met is None else d.slo.met
+        conds = set_condition(conds, "SLOMet", met, d.slo.reason, d.slo.message, now, gen)
+    patch.update({"conditions": conds, "desiredReplicas": d.desired,
+                  "url": f"http://{rec.name}.{rec.namespace}.svc:{spec.port}"})
+    if d.desired != current:
+        patch["lastScaleTime"] = rfc3339(now)
+        patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
+    if q.value is not None:
+        patch["lastMetricValue"] = q.value
+        patch["lastMetricTime"] = rfc3339(q.time or now)
+    return patch
+
+
+async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ctx: ServingContext) -> None:
+    ns, name = rec.key
+    cache = rt.cache
+    if plan.delete:
+        cache.expect(cache.deleted, rec.key, plan.delete)  # ours: never taken for lost replicas
+        await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
+    bodies = []
+    made = cache.expected(cache.created, rec.key)
+    for g, worker in plan.create:
+        view = cache.view(g.pool)
+        shape = group_shape(rec, view) if view is not None else None
+        if view is None or not isinstance(shape, GroupShape):
+            continue
+        body = build_group_pod(rec, group=g, worker=worker, pods=len(g.nodes), gpus_per_pod=shape.gpus,
+                               template_hash=ctx.template_hash, levels=view.levels, gpu_resource=view.resource,
+                               tolerations=view.tolerations)
+        if body["metadata"]["name"] not in made:
+            bodies.append(body)
+    if bodies:
+        cache.expect(cache.created, rec.key, [b["metadata"]["name"] for b in bodies])
+        results = await gather_bounded([rt.client.create("Pod", ns, b) for b in bodies])
+        for b, r in zip(bodies, results):
+            if isinstance(r, BaseException):
+                cache.created.get(rec.key, {}).pop(b["metadata"]["name"], None)
+                if isinstance(r, ApiError) and not r.transient:
+                    reason = "InvalidSpec" if r.code in (400, 422) else "CreateFailed"
+                    msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
+                    await _not_ready(rt, rec, reason, msg, ctx.now)
+                    break
+                raise r
+    addresses, port = cache.activator
+    slice_ = build_endpoint_slice(rec, leaders=plan.endpoints, activator=addresses, activator_port=port)
+    text = json.dumps(slice_, sort_keys=True)
+    mem = cache.serving.get(rec.key)
+    if mem is not None and mem.slice_written != text:
+        await rt.client.apply("EndpointSlice", ns, slice_name(name), slice_)
+        mem.slice_written = text
 
 
 def _changed(old: Any, patch: dict[str, Any]) -> bool:
@@ -245,3 +384,6 @@ def _changed(old: Any, patch: dict[str, Any]) -> bool:
         elif old.get(k) != v:
             return True
     return False
+
+
+__all__ = ["ServiceMemory", "reconcile_service", "query_for", "WORKERS_SERVICE"]

@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from kubeforge.runtime import indexes  # noqa: F401  (registers the indexes)
+from kubeforge.runtime.activator import activator_loop
 from kubeforge.runtime.admission import admission_loop
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink
@@ -44,11 +45,13 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
         return None
 
 
+OWN_GROUP = "/apis/kubeforge.io/v1alpha1"
 DISCOVERY = {
     "/api/v1": ("pods", "nodes", "persistentvolumeclaims", "services", "namespaces"),
+    "/apis/discovery.k8s.io/v1": ("endpointslices",),
     "/apis/apps/v1": ("deployments",),
     "/apis/storage.k8s.io/v1": ("storageclasses",),
-    "/apis/kubeforge.io/v1alpha1": ("trainingjobs", "inferenceservices", "gpupools"),
+    OWN_GROUP: ("trainingjobs", "inferenceservices", "gpupools"),
 }
 """The API groups (and resources in them) kopf must find when it scans the API at start-up."""
 
@@ -62,7 +65,8 @@ async def wait_for_discovery(rt: Any, backoff: float = 1.0, cap: float = 10.0) -
     installed first; ``/apis/...`` answers 503 "the request has been made before all known
     HTTP paths have been installed") and serve nothing else for its whole life ("Unresolved
     resources cannot be served"). Waiting here, before kopf's first scan, makes that scan
-    whole. One log line per failure streak; never gives up (a liveness probe is the place for
+    whole; each of kubeforge's own kinds is also listed once (a CRD just Established answers
+    429 "storage is (re)initializing" for a moment). One log line per failure streak; never gives up (a liveness probe is the place for
     a deadline).
     """
     failing = 0
@@ -75,6 +79,13 @@ async def wait_for_discovery(rt: Any, backoff: float = 1.0, cap: float = 10.0) -
                 missing += [f"{path}/{w}" for w in wanted if w not in have]
             except ApiError as e:
                 missing.append(f"{path} ({e})")
+        for res in DISCOVERY[OWN_GROUP] if not missing else ():
+            # A CRD Established a moment ago may still answer 429 "storage is (re)initializing":
+            # list each kind once, so kopf's own first lists do not log an ERROR per kind.
+            try:
+                await rt.client.request("GET", f"{OWN_GROUP}/{res}", query={"limit": "1"}, read=True)
+            except ApiError as e:
+                missing.append(f"{OWN_GROUP}/{res} ({e})")
         if not missing:
             if failing:
                 log.info("API discovery complete after %d tries", failing + 1)
@@ -96,6 +107,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     await rt.client.start()
+    rt.api_servers = rt.client.server_addresses()
     await wait_for_discovery(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list.
     rt.cache.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}
@@ -110,6 +122,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         asyncio.create_task(admission_loop(rt), name="admission"),
         asyncio.create_task(pool_status_loop(rt), name="pool-status"),
         asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
+        asyncio.create_task(activator_loop(rt), name="activator-endpoints"),
     ]
 
 

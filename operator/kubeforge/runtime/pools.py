@@ -5,7 +5,6 @@ This loop is the one writer of a GPUPool's status. It also sets the pool and job
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 from kubeforge import metrics
 from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view, quota_book
 from kubeforge.builders.common import conditions_equal
-from kubeforge.runtime.client import ApiError
-from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.state import Runtime, every
 
 log = logging.getLogger("kubeforge.pools")
 POOL_STATUS_INTERVAL = 2.0
@@ -29,26 +27,15 @@ def same_status(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 async def pool_status_loop(rt: Runtime) -> None:
-    """Refresh every pool's status; one line per failure, never a traceback per loop."""
+    """Refresh every pool's status (while this process leads); one line per failure streak."""
     await rt.ready.wait()
     last: dict[str, dict[str, Any]] = {}
-    failing = False
-    while True:
+
+    async def step() -> None:
         await rt.leading.wait()
-        try:
-            await refresh_pools(rt, last, time.time())
-            failing = False
-        except asyncio.CancelledError:
-            raise
-        except ApiError as e:
-            if not failing:
-                log.warning("pool status not written: %s", e)
-            failing = True
-        except Exception:
-            if not failing:
-                log.exception("pool status loop")
-            failing = True
-        await asyncio.sleep(POOL_STATUS_INTERVAL)
+        await refresh_pools(rt, last, time.time())
+
+    await every(POOL_STATUS_INTERVAL, step, "pool status not written", log)
 
 
 async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float) -> None:
@@ -64,10 +51,11 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})
-        ready = next((c for c in st["conditions"] if c.get("type") == "Ready"), None)
-        was = next((c for c in prev.get("conditions") or [] if c.get("type") == "Ready"), None)
-        if ready and ready["status"] == "False" and (not was or (was.get("status"), was.get("reason")) != ("False", ready["reason"])):
-            rt.event("GPUPool", pool, "Warning", ready["reason"], ready["message"], now)
+        for type_ in ("Ready", "TopologyReady"):  # a Warning Event when one turns False for a new reason
+            cond = next((c for c in st["conditions"] if c.get("type") == type_), None)
+            was = next((c for c in prev.get("conditions") or [] if c.get("type") == type_), None)
+            if cond and cond["status"] == "False" and (not was or (was.get("status"), was.get("reason")) != ("False", cond["reason"])):
+                rt.event("GPUPool", pool, "Warning", cond["reason"], cond["message"], now)
         if not same_status(st, prev):
             # Until the write is answered, compare with what the index shows: a write that timed
             # out may still have been applied, and ``last`` would then hide a later change back.

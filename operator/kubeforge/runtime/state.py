@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from kubeforge.objects import Key, Record
 from kubeforge.runtime.cache import Cache
-from kubeforge.runtime.client import KubeClient
+from kubeforge.runtime.client import ApiError, KubeClient
 from kubeforge.runtime.events import EventSink, ObjectRef
 
 
@@ -18,12 +19,14 @@ class Options:
     """How this process runs (from the command line).
 
     Attributes:
-        prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` must start
-            with; empty allows any.
+        prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` may start with;
+            empty allows only in-cluster Service URLs (:mod:`kubeforge.autoscaling.urls`).
         leader_election: Whether to take part in leader election (else: always leader).
         lease_namespace: Namespace of the leader Lease.
         lease_name: Name of the leader Lease.
         identity: This process's identity in the Lease.
+        activator_service: ``(namespace, name)`` of the activator's Service, or None: services
+            with no ready replica then get its addresses as their endpoints.
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -31,6 +34,7 @@ class Options:
     lease_namespace: str = "default"
     lease_name: str = "kubeforge-operator"
     identity: str = ""
+    activator_service: tuple[str, str] | None = None
 
 
 @dataclass
@@ -48,6 +52,8 @@ class Runtime:
         jobs: The TrainingJob work queue (set at startup).
         services: The InferenceService work queue (set at startup).
         tasks: Background tasks to cancel at shutdown.
+        api_servers: Where the API server answers (``host:port``), never queried as a
+            Prometheus (:mod:`kubeforge.autoscaling.urls`).
     """
 
     cache: Cache = field(default_factory=Cache)
@@ -60,6 +66,7 @@ class Runtime:
     jobs: Any = None
     services: Any = None
     tasks: list[asyncio.Task] = field(default_factory=list)
+    api_servers: frozenset[str] = frozenset()
 
     def wake_admission(self) -> None:
         self.admission_wake.set()
@@ -76,3 +83,24 @@ class Runtime:
         """Post an Event about one of our objects (in the background)."""
         if self.events is not None:
             self.events.post(ObjectRef(kind, rec.namespace, rec.name, rec.uid), type_, reason, message, now)
+
+
+async def every(seconds: float, step: Callable[[], Awaitable[None]], what: str, log: logging.Logger) -> None:
+    """Run ``step`` forever, ``seconds`` apart, one log line per failure streak (an API error
+    as a warning, anything else with its traceback once), never a traceback per loop."""
+    failing = False
+    while True:
+        try:
+            await step()
+            failing = False
+        except asyncio.CancelledError:
+            raise
+        except ApiError as e:
+            if not failing:
+                log.warning("%s: %s", what, e)
+            failing = True
+        except Exception:
+            if not failing:
+                log.exception(what)
+            failing = True
+        await asyncio.sleep(seconds)

@@ -4,7 +4,8 @@ This is the one writer of a TrainingJob's status. Order of the writes (see
 :class:`~kubeforge.lifecycle.TrainingPlan`): the status first (a new attempt, or a placement,
 is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
 never look like someone else's), then deletes, then the volume claim and the namespace's
-workers Service if missing, then the pods, all at once. A refused create is handed back to
+workers Service if missing, then the pods, all at once (behind the volume gate while the
+claim is not Bound: :mod:`kubeforge.lifecycle._volume`). A refused create is handed back to
 the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
 says why; it is never retried in a loop.
 """
@@ -21,7 +22,10 @@ from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
 from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
-from kubeforge.objects import Key, TrainingJobRecord, current_attempt, placement_of
+from kubeforge.admission import gang_request
+from kubeforge.lifecycle._volume import OUR_GATES
+from kubeforge.objects import VOLUME_GATE, Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
+
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 
@@ -42,7 +46,27 @@ async def gather_bounded(coros: list, limit: int = 32) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
 
-def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext:
+async def namespace_terminating(rt: Runtime, namespace: str, pods: list[Pod]) -> bool:
+    """Whether ``namespace`` is being deleted. The namespaces watch says so, but its event may
+    come after the namespace controller's first pod deletions (another watch): when a pod was
+    deleted by someone else and the watch says nothing yet, the namespace is read once (one
+    GET, only on such a deletion) so that it is never taken for a preemption."""
+    if rt.cache.namespace_terminating(namespace):
+        return True
+    mine = rt.cache.expected(rt.cache.deleted, (namespace, pods[0].job or "")) if pods else set()
+    if not any(p.deleting and not p.terminal and p.name not in mine for p in pods):
+        return False
+    try:
+        body = await rt.client.get("Namespace", None, namespace)
+    except ApiError as e:
+        if e.transient:
+            raise
+        return False  # no right to read it: decide as before
+    md = (body or {}).get("metadata") or {}
+    return body is None or bool(md.get("deletionTimestamp"))
+
+
+def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool = False) -> TrainingContext:
     key = job.key
     pods = rt.cache.job_pods(key)
     placement = placement_of(job.status)
@@ -53,7 +77,17 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
     names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
     nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
     prices = {name: (p.spec.price_per_gpu_hour if p.spec else None) for name, p in rt.cache.pools().items()}
+    view = rt.cache.view(held.pool) if held is not None else None
+    request = pool_nodes = rank = None
+    if view is not None and job.spec is not None:
+        try:
+            request = gang_request(job, view.resource)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            request = None  # a template admission could not read either: the job waits InvalidSpec
+        pool_nodes = {n.name: n for n in view.nodes if n.name in names}
+        rank = rank_gpus(job, view.resource)
     return TrainingContext(
+        request=request, pool_nodes=pool_nodes or {}, rank_gpus=rank, namespace_terminating=terminating,
         claim_wait=_claim_wait(rt, job),
         now=now, pods=pods, nodes=nodes, assumed=assumed,
         waiting=rt.cache.waiting.get(key), last_wait_write=rt.cache.last_wait_write.get(key, 0.0),
@@ -65,7 +99,10 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float) -> TrainingContext
 
 def _claim_wait(rt: Runtime, job: TrainingJobRecord) -> str | None:
     claim = rt.cache.claim((job.namespace, pvc_name(job.name)))
-    return claim_wait(job, claim, rt.cache.binding_mode(claim[1]) if claim else None)
+    # An absent claim will be created with spec.checkpoint.storageClassName (or the default
+    # class, unknown here: then the pods are gated and lifted once the claim shows its class).
+    cls = claim[1] if claim else (job.spec.checkpoint.storage_class_name if job.spec else None)
+    return claim_wait(job, claim, rt.cache.binding_mode(cls) if cls else None)
 
 
 async def reconcile_job(rt: Runtime, key: Key) -> float | None:
@@ -86,7 +123,8 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         return None
     job = rt.cache.effective(key, rec)
     now = time.time()
-    plan = plan_training(job, _context(rt, job, now))
+    terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
+    plan = plan_training(job, _context(rt, job, now, terminating))
     if not await _write_status(rt, job, plan, now):
         return 1.0
     await _apply(rt, job, plan)
@@ -160,8 +198,23 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         cache.expect(cache.deleted, key, doomed)
         await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
     if plan.ungate:
-        await gather_bounded([rt.client.patch("Pod", ns, n, [{"op": "remove", "path": "/spec/schedulingGates"}],
-                                              patch_type="json") for n in plan.ungate])
+        # A lift sent is expected until the index shows the pod ungated (the claim's status
+        # events bring the job back several times within a second): kept in the job's book of
+        # its own writes not yet seen, under a name no pod has.
+        sent = cache.expected(cache.created, key)
+        gates = {p.name: p.gates for p in cache.job_pods(key)}
+        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates and f"ungate:{n}" not in sent]
+        cache.expect(cache.created, key, [f"ungate:{n}" for n, _ in patches])
+        results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
+        failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
+        for n, r in failed:
+            cache.created.get(key, {}).pop(f"ungate:{n}", None)
+            log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
+        # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
+        # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
+        retry = next((r for _, r in failed if not isinstance(r, ApiError) or r.transient), None)
+        if retry is not None:
+            raise retry
     status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
@@ -199,7 +252,8 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else "nvidia.com/gpu",
-                             tolerations=view.tolerations if view else (), last_checkpoint=last)
+                             tolerations=view.tolerations if view else (), last_checkpoint=last,
+                             scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
             for r in ranks]
     cache.expect(cache.created, key, [p["metadata"]["name"] for p in pods])
     results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
@@ -210,6 +264,17 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         if not _refused(rt, key, attempt, "Pod", p["metadata"]["name"], r):
             raise r
         break
+
+
+def _ungate_patch(gates: tuple[str, ...]) -> list[dict[str, Any]]:
+    """JSON patch lifting kubeforge's gates (:data:`~kubeforge.lifecycle._volume.OUR_GATES`)
+    from a pod whose ``spec.schedulingGates`` are ``gates``, and nobody else's: it first tests
+    that the gates are still those (a 422 otherwise, and the next reconcile decides again)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in gates]}]
+    if all(g in OUR_GATES for g in gates):
+        return ops + [{"op": "remove", "path": "/spec/schedulingGates"}]
+    return ops + [{"op": "remove", "path": f"/spec/schedulingGates/{i}"}
+                  for i in reversed(range(len(gates))) if gates[i] in OUR_GATES]
 
 
 def _refused(rt: Runtime, key: Key, attempt: int, kind: str, name: str, err: BaseException) -> bool:

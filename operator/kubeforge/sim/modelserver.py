@@ -1,311 +1,151 @@
-"""A model-server simulator: the request queue of one or more InferenceServices, as vLLM exports it.
+"""A model-server simulator: InferenceService replicas as vLLM serves and exports them, on the local cluster.
 
-What it simulates, per InferenceService (namespace, name):
+What it simulates, per InferenceService (namespace, name), with the pure latency model of
+:mod:`kubeforge.sim._latency` (replicas with a waiting queue and a running batch, TTFT =
+queue wait + prefill, ITL rising with the batch, KV-cache reservations; its docstring gives
+the model):
 
-* **arrivals**: from a trace (the Azure LLM inference trace, ``TIMESTAMP, ContextTokens,
-  GeneratedTokens``; time-compressed by a factor: 1 s of the trace takes ``1/factor`` s here)
-  or a programmable rate (requests per second, changeable at any time; ``inject(n)`` adds a
-  burst at once, ``clear()`` empties the queue, ``set_rate(0)`` is silence);
-* **service**: each *Ready* replica serves ``slots`` requests at a time (vLLM's
-  ``max_num_seqs``); a request takes ``service_seconds(request)`` once started. Ready replicas
-  are read from the cluster: pods labelled ``kubeforge.io/inference-service=<name>`` whose
-  ``Ready`` condition is True (kwok marks them Running/Ready), listed every ~0.5 s with one
-  label-selector list call;
-* **metrics**: ``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` gauges with the
-  ``namespace`` and ``service`` labels a ServiceMonitor attaches, on ``GET /metrics``. The
-  autoscaler's default query is ``sum(vllm:num_requests_waiting{namespace=..,service=..})``.
+* **replicas** are the pods the Service would route to. When the operator's EndpointSlice
+  ``kubeforge-<name>`` exists (the serving runtime of issue 13: label
+  ``kubeforge.io/endpoints: replicas``), its addresses (``targetRef`` pod names, address not
+  ``ready: false``) are the routable replicas, and none while it says
+  ``kubeforge.io/endpoints: activator``; without that slice (the Deployment-based operator),
+  the Ready pods labelled ``kubeforge.io/inference-service=<name>``. Listed every
+  ``poll_seconds`` (two label-selector list calls for the whole cluster). A replica taken
+  out of routing (draining) finishes what it holds; a replica whose pod is deleted (gone, or
+  ``deletionTimestamp`` set) **aborts** its waiting and running requests
+  (:meth:`ModelServerSim.aborted`, the ``kubeforge_sim_aborted_requests_total`` series);
+* **arrivals**: a trace (the Azure LLM inference trace, time-compressed by a factor),
+  a programmable rate, bursts (:meth:`ModelServerSim.inject`), or real HTTP requests:
+  ``POST`` on any path, for the service named by the ``Host`` header
+  (``<name>.<namespace>.svc[...]``) or ``X-Kubeforge-Service: <namespace>/<name>``; the
+  JSON body's ``max_tokens`` and prompt length (``prompt`` text at 4 characters a token, a
+  token list, or chat ``messages``) size it; the answer comes when it completes: 200 with a
+  small completion body, 503 when its replica disappeared, 404 for an unknown service;
+* **metrics** on ``GET /metrics``: per replica (labels ``namespace``, ``service``, ``pod``)
+  ``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``,
+  ``vllm:request_success_total`` and the histograms ``vllm:time_to_first_token_seconds``,
+  ``vllm:inter_token_latency_seconds``, ``vllm:request_prefill_time_seconds``,
+  ``vllm:request_inference_time_seconds`` (vLLM's buckets); per service (no ``pod``) the
+  requests held while no replica is routable (as ``vllm:num_requests_waiting``, so that the
+  queue of a service at zero replicas stays visible and ``sum`` counts each request once)
+  and the aborted-requests counter.
 
-The way back from zero. Here the queue lives in the simulator, not in a pod, so with 0 ready
-replicas it still exists and grows, and its series keeps being exported: the autoscaler sees
-requests arrive and scales from zero. In production the same must hold: read the queue where it
-survives the last pod (a gateway, router or load-balancer metric such as the Gateway API
-inference extension's or an ingress' pending-requests gauge, or KEDA's HTTP add-on
-interceptor queue). With pure vLLM metrics, which vanish with the last vLLM pod, a service that
-scaled to zero never sees a request again and cannot come back.
-
-Per-request queue wait (arrival to start of service) is recorded for the benchmark.
-
-The queue model (:class:`QueueState`, :func:`advance`, :func:`trace_arrivals`,
-:func:`rate_arrivals`) is pure: no clock, no I/O, unit-tested in ``tests/test_modelserver.py``.
-:class:`ModelServerSim` wraps it with an HTTP server and a ticker thread.
+The pure model (:class:`Service`, :class:`Replica`, :func:`make_request` in ``_latency``;
+:func:`routing_view`, :func:`trace_arrivals`, :func:`rate_arrivals` in ``_serving``) has no
+clock and no I/O and is unit-tested in ``tests/test_modelserver.py``; :class:`ModelServerSim`
+wraps it with an HTTP server and two threads.
 """
 
 from __future__ import annotations
 
-import csv
-import heapq
+import json
 import logging
-import math
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
+
+from ._exposition import ABORTED_METRIC, render_services
+from ._latency import (
+    ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Done, Replica, Request, Service, ServiceModel, Stats,
+    itl_seconds, make_request, prefill_seconds, service_seconds,
+)
+from ._serving import (
+    AZURE_CODE_TRACE, Key, PodView, SliceView, compressed, load_trace, percentile, rate_arrivals, routing_view,
+    service_for_host, trace_arrivals,
+)
 
 __all__ = [
-    "AZURE_CODE_TRACE", "Request", "QueueState", "ServiceModel", "advance", "trace_arrivals", "rate_arrivals",
-    "load_trace", "service_seconds", "render_metrics", "ModelServerSim", "percentile",
+    "ABORTED_METRIC", "AZURE_CODE_TRACE", "ITL_BUCKETS", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS", "Done",
+    "ModelServerSim", "PodView", "Replica", "Request", "Service", "ServiceModel", "SliceView", "Stats", "compressed",
+    "itl_seconds",
+    "load_trace", "make_request", "percentile", "prefill_seconds", "rate_arrivals", "routing_view",
+    "service_for_host", "service_seconds", "trace_arrivals",
 ]
 
 log = logging.getLogger("kubeforge.sim.modelserver")
-AZURE_CODE_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces" / "azure-llm-inference-code-2023.csv"
 SERVICE_LABEL = "kubeforge.io/inference-service"
-
-
-# --- pure queue model ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request: when it arrives (simulated seconds) and how long it takes once started."""
-
-    arrival: float
-    service: float
-
-
-@dataclass(frozen=True)
-class ServiceModel:
-    """How fast one replica serves.
-
-    Attributes:
-        slots: requests one replica runs at once (vLLM ``max_num_seqs``), >= 1.
-        base_seconds: fixed cost per request (scheduling, first token).
-        prefill_tokens_per_second: prompt tokens processed per second per request.
-        seconds_per_output_token: time per generated token (TPOT).
-    """
-
-    slots: int = 4
-    base_seconds: float = 0.5
-    prefill_tokens_per_second: float = 2000.0
-    seconds_per_output_token: float = 0.05
-
-
-def service_seconds(model: ServiceModel, context_tokens: int, generated_tokens: int) -> float:
-    """Seconds one request occupies a slot: base + prefill + decode."""
-    return model.base_seconds + context_tokens / model.prefill_tokens_per_second + generated_tokens * model.seconds_per_output_token
-
-
-@dataclass
-class QueueState:
-    """The queue of one service at ``time`` (mutable; :func:`advance` moves it forward).
-
-    ``waiting`` is FIFO of requests not started; ``running`` a heap of (finish time, seq);
-    ``waits`` the queue wait of every started request; ``completed`` a count.
-    """
-
-    time: float = 0.0
-    waiting: deque = field(default_factory=deque)
-    running: list = field(default_factory=list)
-    waits: list = field(default_factory=list)
-    completed: int = 0
-    _seq: int = 0
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
-
-
-def advance(q: QueueState, now: float, capacity: int, arrivals: Iterable[Request] = ()) -> QueueState:
-    """Move ``q`` to ``now`` with ``capacity`` concurrent slots (ready replicas x slots).
-
-    Exact event order inside the interval: each arrival joins the queue at its time, each
-    completion frees a slot at its finish time, and the head of the queue starts as soon as a
-    slot is free (its wait is start - arrival). ``capacity`` holds over the whole interval;
-    when it is lower than the requests running (a replica went away), those drain and no new
-    request starts until a slot is free. Arrivals after ``now`` are ignored (the caller keeps
-    them). Returns ``q`` (mutated).
-    """
-    if now < q.time:
-        return q
-    arr = sorted((r for r in arrivals if r.arrival <= now), key=lambda r: r.arrival)
-    i = 0
-    t = q.time
-
-    def admit(at: float) -> None:
-        while q.waiting and len(q.running) < capacity:
-            r = q.waiting.popleft()
-            start = max(at, r.arrival)
-            q.waits.append(start - r.arrival)
-            q._seq += 1
-            heapq.heappush(q.running, (start + r.service, q._seq))
-
-    admit(t)
-    while True:
-        next_done = q.running[0][0] if q.running else math.inf
-        next_arr = arr[i].arrival if i < len(arr) else math.inf
-        t = min(next_done, next_arr)
-        if t > now or t == math.inf:
-            break
-        if next_done <= next_arr:
-            heapq.heappop(q.running)
-            q.completed += 1
-        else:
-            q.waiting.append(arr[i])
-            i += 1
-        admit(t)
-    q.time = now
-    return q
-
-
-def drop_waiting(q: QueueState) -> int:
-    """Empty the waiting queue (clients gave up); returns how many were dropped."""
-    n = len(q.waiting)
-    q.waiting.clear()
-    return n
-
-
-def load_trace(path: Path = AZURE_CODE_TRACE) -> list[tuple[float, int, int]]:
-    """The trace as (seconds since its first request, context tokens, generated tokens)."""
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            ts = r["TIMESTAMP"].strip()
-            # 7 fractional digits in the file; datetime takes 6
-            if "." in ts:
-                head, frac = ts.split(".", 1)
-                ts = f"{head}.{frac[:6]}"
-            t = datetime.strptime(ts, "%Y-%m-%d %H:%M:%S.%f" if "." in ts else "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-            rows.append((t, int(r["ContextTokens"]), int(r["GeneratedTokens"])))
-    rows.sort()
-    t0 = rows[0][0] if rows else 0.0
-    return [(t - t0, c, g) for t, c, g in rows]
-
-
-def trace_arrivals(trace: list[tuple[float, int, int]], model: ServiceModel, compression: float = 1.0,
-                   start: float = 0.0, offset: float = 0.0, end: float | None = None) -> list[Request]:
-    """Requests from a trace, time-compressed by ``compression`` (trace seconds per simulated
-    second): arrival ``offset + (t - start) / compression`` for ``start <= t < end``, and the
-    service time divided by the same factor so the queue behaves as in the trace, only faster."""
-    out = []
-    for t, c, g in trace:
-        if t < start or (end is not None and t >= end):
-            continue
-        out.append(Request(offset + (t - start) / compression, service_seconds(model, c, g) / compression))
-    return out
-
-
-def rate_arrivals(rate: float, t0: float, t1: float, service: float, carry: float = 0.0) -> tuple[list[Request], float]:
-    """Evenly spaced arrivals at ``rate`` per second in ``(t0, t1]``; ``carry`` is the
-    fractional request left from the previous interval. Returns (requests, new carry)."""
-    if rate <= 0 or t1 <= t0:
-        return [], 0.0 if rate <= 0 else carry
-    total = carry + rate * (t1 - t0)
-    n = int(total + 1e-9)
-    out = [Request(t0 + (k + 1 - carry) / rate, service) for k in range(n)]
-    return out, total - n
-
-
-def percentile(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100); NaN for an empty list."""
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
-    return s[k]
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def render_metrics(series: dict[tuple[str, str], tuple[int, int]]) -> str:
-    """Prometheus text exposition for ``{(namespace, service): (waiting, running)}``."""
-    lines = ["# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-             "# TYPE vllm:num_requests_waiting gauge"]
-    for (ns, svc), (w, _) in sorted(series.items()):
-        lines.append(f'vllm:num_requests_waiting{{namespace="{_esc(ns)}",service="{_esc(svc)}"}} {w}')
-    lines += ["# HELP vllm:num_requests_running Number of requests currently running on GPU.",
-              "# TYPE vllm:num_requests_running gauge"]
-    for (ns, svc), (_, r) in sorted(series.items()):
-        lines.append(f'vllm:num_requests_running{{namespace="{_esc(ns)}",service="{_esc(svc)}"}} {r}')
-    return "\n".join(lines) + "\n"
+ENDPOINTS_LABEL = "kubeforge.io/endpoints"
+MAX_BODY = 1 << 20
 
 
 # --- the live simulator ----------------------------------------------------------------------
 
 
 @dataclass
-class _Service:
-    model: ServiceModel
-    queue: QueueState
+class _Svc:
+    service: Service
     rate: float = 0.0
     rate_service: float = 30.0
     carry: float = 0.0
     pending: list = field(default_factory=list)  # future trace arrivals, sorted
-    ready: int = 0
-    ready_history: list = field(default_factory=list)  # (time, ready) on change
+    waits: list = field(default_factory=list)
+    ttfts: list = field(default_factory=list)
+    completed: int = 0
+    ready_history: list = field(default_factory=list)
 
 
 class ModelServerSim:
-    """The simulator process part: ticker thread + ``/metrics`` HTTP server (in-process threads).
+    """The simulator process part: ticker, cluster poller and HTTP server (in-process threads).
 
     Args:
-        ready_replicas: ``f(namespace, name) -> int`` override (tests without a cluster);
-            when None, ``kubeconfig`` is used to list Ready pods every ``poll_seconds``.
-        kubeconfig: path of the cluster's kubeconfig.
+        kubeconfig: Path of the cluster's kubeconfig (read when no override is given).
         port: HTTP port on 127.0.0.1 (a free one when 0).
-        tick_seconds: how often the queue advances (and the metric changes).
+        tick_seconds: How often the services advance (and HTTP requests complete), s.
+        poll_seconds: How often the cluster is listed, s.
+        ready_replicas: Test override ``f(namespace, name) -> n``: ``n`` routable replicas
+            named ``<name>-0..n-1`` (no cluster).
+        endpoints: Test override ``f(namespace, name) -> (existing, routable)`` pod names.
+        clock: Monotonic seconds.
+        request_timeout: Longest an HTTP request waits for its completion, s (then 504).
     """
 
     def __init__(self, kubeconfig: str | None = None, port: int = 0, tick_seconds: float = 0.1,
                  poll_seconds: float = 0.5, ready_replicas: Callable[[str, str], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 endpoints: Callable[[str, str], tuple[Iterable[str], Iterable[str]]] | None = None,
+                 request_timeout: float = 600.0):
         self.kubeconfig = kubeconfig
-        self.tick_seconds = tick_seconds
-        self.poll_seconds = poll_seconds
-        self._ready_fn = ready_replicas
+        self.tick_seconds, self.poll_seconds, self.request_timeout = tick_seconds, poll_seconds, request_timeout
+        self._ready_fn, self._endpoints_fn = ready_replicas, endpoints
         self.clock = clock
-        self.services: dict[tuple[str, str], _Service] = {}
+        self.services: dict[Key, _Svc] = {}
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        sim = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                body = sim.metrics_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):  # quiet
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._waiters: dict[int, list] = {}  # request id -> [event, Done | None]
+        self._next_id = 1
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self._threads: list[threading.Thread] = []
-        self._core = None
+        self._api = None
 
     @property
     def target(self) -> str:
         """``host:port`` for Prometheus' static_configs."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def url(self) -> str:
+        """Base URL for HTTP requests (``Host`` or ``X-Kubeforge-Service`` names the service)."""
+        return f"http://{self.target}"
+
     # control (thread-safe)
     def add_service(self, namespace: str, name: str, model: ServiceModel | None = None, rate: float = 0.0,
                     request_seconds: float = 30.0) -> None:
-        """Register a service: its series appear (at 0) on /metrics at once."""
+        """Register a service: its series appear on /metrics at once (the held queue at 0)."""
         with self.lock:
-            self.services[(namespace, name)] = _Service(model or ServiceModel(), QueueState(time=self.clock()),
-                                                        rate=rate, rate_service=request_seconds)
+            self.services[(namespace, name)] = _Svc(Service(model or ServiceModel(), self.clock()),
+                                                    rate=rate, rate_service=request_seconds)
 
     def remove_service(self, namespace: str, name: str) -> None:
         with self.lock:
             self.services.pop((namespace, name), None)
 
     def set_rate(self, namespace: str, name: str, rate: float, request_seconds: float | None = None) -> None:
-        """Arrivals per second from now on (0: silence); each request takes ``request_seconds``."""
+        """Arrivals per second from now on (0: silence); each request runs ``request_seconds``."""
         with self.lock:
             s = self.services[(namespace, name)]
             self._advance(s, self.clock())
@@ -314,35 +154,47 @@ class ModelServerSim:
                 s.rate_service = request_seconds
 
     def inject(self, namespace: str, name: str, n: int, request_seconds: float | None = None) -> None:
-        """A burst: ``n`` requests arrive now."""
+        """A burst: ``n`` requests arrive now, each running ``request_seconds`` (default: the rate's)."""
         with self.lock:
             s = self.services[(namespace, name)]
             now = self.clock()
             self._advance(s, now)
             svc = s.rate_service if request_seconds is None else request_seconds
-            advance(s.queue, now, s.ready * s.model.slots, [Request(now, svc)] * n)
+            s.service.advance(now, [Request(now, svc, 0, 0, 0)] * n)
 
     def clear(self, namespace: str, name: str) -> None:
-        """Empty the waiting queue and stop arrivals (silence)."""
+        """Stop arrivals and empty the waiting queues (clients gave up); running ones finish."""
         with self.lock:
             s = self.services[(namespace, name)]
             self._advance(s, self.clock())
             s.rate = 0.0
             s.pending.clear()
-            drop_waiting(s.queue)
+            s.service.held.clear()
+            for rep in s.service.replicas.values():
+                rep.waiting.clear()
 
     def replay(self, namespace: str, name: str, requests: list[Request]) -> None:
-        """Schedule trace arrivals (their ``arrival`` in this simulator's clock)."""
+        """Schedule requests (their ``arrival`` in this simulator's clock)."""
         with self.lock:
             s = self.services[(namespace, name)]
             s.pending = sorted(s.pending + list(requests), key=lambda r: r.arrival)
 
-    def snapshot(self, namespace: str, name: str) -> dict:
+    def aborted(self, namespace: str, name: str) -> int:
+        """Requests of the service aborted because their replica's pod went away while holding them."""
+        with self.lock:
+            return self.services[(namespace, name)].service.aborted
+
+    def snapshot(self, namespace: str, name: str) -> dict[str, Any]:
+        """The service now: ``waiting`` (all), ``running``, ``ready`` (routable replicas),
+        ``replicas`` (existing), ``waits`` and ``ttfts`` (per completed request), ``completed``,
+        ``aborted``, ``pending`` (scheduled arrivals), ``ready_history`` ([(time, ready)])."""
         with self.lock:
             s = self.services[(namespace, name)]
             self._advance(s, self.clock())
-            return {"waiting": s.queue.num_waiting, "running": s.queue.num_running, "ready": s.ready,
-                    "waits": list(s.queue.waits), "completed": s.queue.completed, "pending": len(s.pending),
+            svc = s.service
+            return {"waiting": svc.waiting, "running": svc.running, "ready": len(svc.routable()),
+                    "replicas": len(svc.replicas), "waits": list(s.waits), "ttfts": list(s.ttfts),
+                    "completed": s.completed, "aborted": svc.aborted, "pending": len(s.pending),
                     "ready_history": list(s.ready_history)}
 
     def metrics_text(self) -> str:
@@ -350,52 +202,100 @@ class ModelServerSim:
             now = self.clock()
             for s in self.services.values():
                 self._advance(s, now)
-            return render_metrics({k: (s.queue.num_waiting, s.queue.num_running) for k, s in self.services.items()})
+            return render_services((ns, name, s.service) for (ns, name), s in self.services.items())
 
-    # internals
-    def _advance(self, s: _Service, now: float) -> None:
-        arr, s.carry = rate_arrivals(s.rate, s.queue.time, now, s.rate_service, s.carry)
+    def submit(self, key: Key, context_tokens: int, generated_tokens: int) -> tuple[int, threading.Event] | None:
+        """Enqueue one HTTP request now; returns (id, event set on completion), None if unknown."""
+        with self.lock:
+            s = self.services.get(key)
+            if s is None:
+                return None
+            rid, self._next_id = self._next_id, self._next_id + 1
+            ev = threading.Event()
+            self._waiters[rid] = [ev, None]
+            now = self.clock()
+            self._advance(s, now)
+            s.service.advance(now, [make_request(s.service.model, now, context_tokens, generated_tokens, rid)])
+            self._collect(s)
+            return rid, ev
+
+    def result(self, rid: int) -> Done | None:
+        with self.lock:
+            w = self._waiters.pop(rid, None)
+            return None if w is None else w[1]
+
+    # internals (lock held)
+    def _advance(self, s: _Svc, now: float) -> None:
+        arr, s.carry = rate_arrivals(s.rate, s.service.time, now, s.rate_service, s.carry)
         k = 0
         while k < len(s.pending) and s.pending[k].arrival <= now:
             k += 1
         if k:
-            arr = arr + s.pending[:k]
+            arr = sorted(arr + s.pending[:k], key=lambda r: r.arrival)
             del s.pending[:k]
-        advance(s.queue, now, s.ready * s.model.slots, arr)
+        s.service.advance(now, arr)
+        self._collect(s)
 
-    def _ready_counts(self) -> dict[tuple[str, str], int]:
+    def _collect(self, s: _Svc) -> None:
+        for d in s.service.done:
+            if not d.aborted:
+                s.completed += 1
+                s.waits.append(d.queue_wait)
+                s.ttfts.append(d.ttft)
+            w = self._waiters.get(d.request.id) if d.request.id else None
+            if w is not None:
+                w[1] = d
+                w[0].set()
+        s.service.done.clear()
+
+    def _views(self) -> dict[Key, tuple[set[str], set[str]]]:
+        keys = list(self.services)
+        if self._endpoints_fn is not None:
+            return {k: tuple(set(x) for x in self._endpoints_fn(*k)) for k in keys}  # type: ignore[misc]
         if self._ready_fn is not None:
-            return {k: int(self._ready_fn(*k)) for k in list(self.services)}
-        if self._core is None:
+            out = {}
+            for ns, name in keys:
+                names = {f"{name}-{i}" for i in range(int(self._ready_fn(ns, name)))}
+                out[(ns, name)] = (names, names)
+            return out
+        if self._api is None:
             from kubernetes import client, config
 
-            self._core = client.CoreV1Api(config.new_client_from_config(config_file=self.kubeconfig))
-        pods = self._core.list_pod_for_all_namespaces(label_selector=SERVICE_LABEL, _request_timeout=5).items
-        counts: dict[tuple[str, str], int] = {}
-        for p in pods:
-            if p.metadata.deletion_timestamp:
-                continue
-            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-            if ready:
-                k = (p.metadata.namespace, (p.metadata.labels or {}).get(SERVICE_LABEL, ""))
-                counts[k] = counts.get(k, 0) + 1
-        return counts
+            api = config.new_client_from_config(config_file=self.kubeconfig)
+            self._api = (client.CoreV1Api(api), client.DiscoveryV1Api(api))
+        core, disc = self._api
+        pods = [PodView(p.metadata.namespace, p.metadata.name, (p.metadata.labels or {}).get(SERVICE_LABEL, ""),
+                        any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])),
+                        p.metadata.deletion_timestamp is not None)
+                for p in core.list_pod_for_all_namespaces(label_selector=SERVICE_LABEL, _request_timeout=5).items]
+        slices = []
+        for sl in disc.list_endpoint_slice_for_all_namespaces(label_selector=SERVICE_LABEL, _request_timeout=5).items:
+            addrs = tuple((e.target_ref.name, not (e.conditions and e.conditions.ready is False))
+                          for e in (sl.endpoints or []) if e.target_ref is not None and e.target_ref.kind == "Pod")
+            slices.append(SliceView(sl.metadata.namespace, sl.metadata.name,
+                                    (sl.metadata.labels or {}).get(ENDPOINTS_LABEL), addrs))
+        with self.lock:
+            known = {k: set(s.service.replicas) for k, s in self.services.items()}
+        return routing_view(keys, slices, pods, known)
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                counts = self._ready_counts()
+                views = self._views()
                 with self.lock:
                     now = self.clock()
                     for k, s in self.services.items():
-                        n = counts.get(k, 0)
-                        if n != s.ready:
-                            self._advance(s, now)  # old capacity up to now
-                            s.ready = n
-                            s.ready_history.append((now, n))
-                            advance(s.queue, now, n * s.model.slots)  # start queued work at once
+                        if k not in views:
+                            continue
+                        existing, routable = views[k]
+                        before = len(s.service.routable())
+                        self._advance(s, now)
+                        s.service.set_replicas(existing, routable, now)
+                        self._collect(s)
+                        if len(s.service.routable()) != before or not s.ready_history:
+                            s.ready_history.append((now, len(s.service.routable())))
             except Exception as e:  # noqa: BLE001 - keep serving metrics through API hiccups
-                log.warning("listing pods failed: %s", e)
+                log.warning("listing pods and endpoint slices failed: %s", e)
             self._stop.wait(self.poll_seconds)
 
     def _tick_loop(self) -> None:
@@ -415,6 +315,9 @@ class ModelServerSim:
 
     def stop(self) -> None:
         self._stop.set()
+        with self.lock:
+            for w in self._waiters.values():
+                w[0].set()
         self.httpd.shutdown()
         self.httpd.server_close()
         for t in self._threads:
@@ -427,9 +330,82 @@ class ModelServerSim:
         self.stop()
 
 
+def _prompt_tokens(doc: Any) -> int:
+    if not isinstance(doc, dict):
+        return 0
+    p = doc.get("prompt")
+    if isinstance(p, str):
+        return max(1, len(p) // 4)
+    if isinstance(p, list):
+        return len(p) if all(isinstance(x, int) for x in p) else sum(len(str(x)) // 4 for x in p)
+    msgs = doc.get("messages")
+    if isinstance(msgs, list):
+        return max(1, sum(len(str(m.get("content", ""))) // 4 for m in msgs if isinstance(m, dict)))
+    return 0
+
+
+def _handler(sim: ModelServerSim):
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = sim.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._send(413, {"error": "request body too large"})
+                return
+            raw = self.rfile.read(length) if length > 0 else b""
+            try:
+                doc = json.loads(raw) if raw else {}
+            except ValueError:
+                doc = {}
+            key = service_for_host(self.headers.get("Host"), self.headers.get("X-Kubeforge-Service"))
+            mt = doc.get("max_tokens") if isinstance(doc, dict) else None
+            gen = mt if isinstance(mt, int) and not isinstance(mt, bool) and 0 < mt <= 1 << 16 else 16
+            sub = sim.submit(key, _prompt_tokens(doc) or 128, gen) if key else None
+            if sub is None:
+                self._send(404, {"error": "no simulated InferenceService for this Host or X-Kubeforge-Service"})
+                return
+            rid, ev = sub
+            if not ev.wait(sim.request_timeout):
+                sim.result(rid)
+                self._send(504, {"error": "the simulated request did not complete in time"})
+                return
+            done = sim.result(rid)
+            if done is None or done.aborted:
+                self._send(503, {"error": "aborted: the replica serving the request went away"})
+                return
+            self._send(200, {"id": f"cmpl-{rid}", "object": "text_completion", "model": key[1],
+                             "choices": [{"index": 0, "text": "ok " * gen, "finish_reason": "length"}],
+                             "usage": {"prompt_tokens": done.request.context, "completion_tokens": gen,
+                                       "total_tokens": done.request.context + gen},
+                             "kubeforge_sim": {"replica": done.replica, "ttft_seconds": done.ttft}})
+
+        def log_message(self, *a):  # quiet
+            pass
+
+    return Handler
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m kubeforge.sim.modelserver --kubeconfig K --namespace NS --name N [--rate R |
-    --trace [--compression F]]``: serve /metrics for one service until interrupted."""
+    --trace [--compression F]]``: serve /metrics and requests for one service until interrupted."""
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -443,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     sim = ModelServerSim(kubeconfig=a.kubeconfig, port=a.port)
     model = ServiceModel()
-    sim.add_service(a.namespace, a.name, model, rate=a.rate)
+    sim.add_service(a.namespace, a.name, compressed(model, a.compression) if a.trace else model, rate=a.rate)
     if a.trace:
         sim.replay(a.namespace, a.name, trace_arrivals(load_trace(), model, a.compression, offset=sim.clock()))
     sim.start()

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import httpx
 
+from kubeforge.sim._process import stop_process, wait_http_ok
+
 __all__ = ["Prometheus", "PrometheusError", "ensure_prometheus", "find_prometheus", "stop_system_service"]
 
 DEBIAN_BINARY = "/usr/bin/prometheus"
@@ -177,30 +179,16 @@ class Prometheus:
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise PrometheusError(f"prometheus exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/-/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        if wait_http_ok(self.proc, self.url + "/-/ready", timeout):
+            return self
+        if self.proc.poll() is not None:
+            raise PrometheusError(f"prometheus exited with {self.proc.returncode}: {self.log_tail()}")
         self.stop()
         raise PrometheusError(f"prometheus not ready on {self.url} after {timeout}s: {self.log_tail()}")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process (SIGTERM, then SIGKILL after ``timeout``); the TSDB dir is kept."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, timeout)
         self.proc = None
 
     def close(self) -> None:

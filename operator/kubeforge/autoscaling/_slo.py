@@ -1,0 +1,234 @@
+"""SLO mode's two pure parts: the replicas the queue model asks for, and the ``SLOMet`` outcome."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from . import _reasons as R
+from ._policy import SLOPolicy
+from ._queue_model import fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
+from ._signals import Signals
+from ._state import AutoscalerState
+
+__all__ = ["KV_USAGE_MIN", "SLOSizing", "SLOStatus", "size_for_slo", "slo_status"]
+
+#: Least mean KV-cache usage from which ``running / usage`` estimates what a replica holds:
+#: below it the ratio magnifies noise (a replica running one short request).
+KV_USAGE_MIN = 0.05
+#: Longest gap, in windows, over which the queue's growth since the last decision is trusted.
+_GROWTH_MAX_WINDOWS = 1.0
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else "unbounded "
+
+
+@dataclass(frozen=True)
+class SLOSizing:
+    """What the queue model asks for in one decision, and the numbers behind it.
+
+    Attributes:
+        needed: Replicas asked for (0 with no demand; ``max_replicas + 1`` when even
+            ``max_replicas`` cannot meet the targets), or ``None`` when the model lacks data
+            (no request ever ran: nothing measured the service time or a replica's capacity).
+        arrival_rate: Requests per second the model sizes for: the measured demand plus the
+            queue spread over one window (its backlog).
+        service_seconds: Mean time a request runs, s (measured, or the last one measured).
+        concurrency: Requests one replica runs at once (from KV-cache usage, capped by what
+            was seen running on a queueing replica), the M/M/c servers per replica.
+        itl_concurrency: Most running requests per replica that keep the ITL target (``None``:
+            no bound known, or no ITL target).
+        wait_budget: TTFT target minus the prefill percentile, s (``None`` without TTFT target).
+        predicted_ttft: The model's TTFT percentile at ``needed`` replicas (wait + prefill), s.
+        breach: Whether ``needed`` was raised to ``current + 1`` because the measured TTFT is
+            above target while requests queue and no replica is starting (the model
+            under-estimated).
+        message: One sentence with these numbers.
+        state: The state with this decision's measurements remembered.
+    """
+
+    needed: int | None
+    arrival_rate: float | None
+    service_seconds: float | None
+    concurrency: float | None
+    itl_concurrency: float | None
+    wait_budget: float | None
+    predicted_ttft: float | None
+    breach: bool
+    message: str
+    state: AutoscalerState
+
+
+def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, current: int, max_replicas: int,
+                 now: float, tolerance: float = 0.0) -> SLOSizing:
+    """The replicas the SLO needs, from the M/M/c model (:mod:`kubeforge.autoscaling._queue_model`).
+
+    1. **Demand** ``lambda``: what the replicas admit now (``irate`` of the admissions, the
+       window's ``rate`` when there is none) plus the queue's growth since the last
+       decision: by conservation ``arrivals = admitted + change in queue``. Both terms are
+       recent, so a burst or a cold ramp is measured within one polling interval (Knative
+       KPA's short panic window, here always on); the noise of a short window is absorbed by
+       the tolerance below and by the scale-down window, which keeps the highest
+       recommendation of the last minutes (a service sized for its recent peaks). Plus the
+       backlog (engines' waiting + the activator's held) spread over one window.
+    2. **Service time** ``S`` (mean time a request runs): Little's law over the window, mean
+       running requests / admission rate, which counts the requests still running (the mean
+       of the finished ones lags while a ramp fills the batch); else the finished requests'
+       mean running time; else the last measured (state). **Prefill** percentile: measured,
+       else the last measured.
+    3. **Concurrency per replica** ``k``: ``running per replica / KV usage`` (what a replica
+       holds when its KV cache is full), capped by the most requests seen running on a
+       replica that queues (``saturated_running``, remembered: ``--max-num-seqs`` when that
+       binds first).
+    4. **TTFT**: the fewest replicas whose M/M/c wait quantile fits ``ttft - prefill``.
+    5. **ITL**: ``ceil(lambda * S / k_itl)`` with ``k_itl`` from the linear ITL fit.
+    6. **Tolerance** (the HPA's, on the arrival rate): when ``current`` lies between the
+       counts needed at ``lambda * (1 - tolerance)`` and ``lambda * (1 + tolerance)``, it is
+       kept, so that noise in the measured rate neither adds a replica nor removes one.
+    7. **Feedback**: measured TTFT above target with requests queued, once every replica
+       asked for reports (none is starting), asks for at least ``current + 1``, at most once
+       per window (the measured percentile needs a window to show the last correction).
+
+    Args:
+        slo: The targets.
+        signals: This poll's signals.
+        state: The carried state (its SLO memory is read and updated).
+        current: Replicas now.
+        max_replicas: ``maxReplicas`` (the search stops there).
+        now: Unix seconds.
+        tolerance: The relative band on the arrival rate (``autoscaling.tolerance``) >= 0.
+
+    Returns:
+        The :class:`SLOSizing`.
+    """
+    q = slo.percentile / 100.0
+    v = signals.value
+    queued = signals.queued or 0.0
+    growth = None
+    if state.queue_sample is not None:
+        t0, q0 = state.queue_sample
+        if 0 < now - t0 <= _GROWTH_MAX_WINDOWS * slo.window_seconds:
+            growth = (queued - q0) / (now - t0)
+    steady = v("admission_rate") or 0.0
+    recent = v("admission_rate_recent")
+    # what the replicas admit now plus what they did not keep up with since the last decision
+    demand = max(0.0, (recent if recent is not None else steady) + (growth or 0.0))
+    lam = demand + queued / slo.window_seconds
+
+    steady_rm = v("running_mean")
+    if steady_rm and steady > 0:
+        s = steady_rm / steady  # Little's law over the window: running requests / admission rate
+    else:
+        s = v("service_seconds") or state.service_seconds
+    prefill = v("prefill") if v("prefill") is not None else state.prefill_seconds
+    replicas = v("replicas") or 0.0
+    running = v("running")
+    per_replica = running / replicas if running is not None and replicas > 0 else None
+    seen = v("saturated_running")
+    k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
+    kv = v("kv_cache_usage")
+    k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
+    k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
+
+    fit_sums, fit_time = state.itl_fit, state.itl_fit_time
+    itl = v("itl")
+    if per_replica is not None and itl is not None and itl > 0:
+        fit_sums, fit_time = update_itl_fit(state.itl_fit, state.itl_fit_time, now, per_replica, itl), now
+    new_state = replace(state, queue_sample=(float(now), float(queued)), service_seconds=s,
+                        prefill_seconds=prefill, concurrency=k_cap, itl_fit=fit_sums, itl_fit_time=fit_time)
+
+    k_itl = None
+    if slo.itl_seconds is not None:
+        k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
+    budget = None if slo.ttft_seconds is None else slo.ttft_seconds - (prefill or 0.0)
+
+    def out(needed, predicted=None, breach=False, msg="", st=None):
+        return SLOSizing(needed, lam, s, k, k_itl, budget, predicted, breach, msg, st or new_state)
+
+    if lam <= 0:
+        return out(0, msg="no requests arrive or wait: no replica needed for the SLO")
+    if not s or (k is None and (k_itl is None or slo.ttft_seconds is not None)):
+        return out(None, msg=f"arrivals {_num(lam)}/s but no service time or replica capacity measured yet")
+    a = lam * s
+
+    def count(rate: float) -> int:
+        n = 1
+        if slo.ttft_seconds is not None and k is not None:
+            n_ttft = replicas_for_wait(rate, s, k, budget or 0.0, q, max_replicas)
+            n = max_replicas + 1 if n_ttft is None else max(n, n_ttft)
+        if k_itl is not None:
+            n = max(n, math.ceil(rate * s / k_itl - 1e-9) if k_itl > 0 else max_replicas + 1)
+        return n
+
+    needed, predicted, banded = count(lam), None, False
+    if tolerance > 0 and needed != current and count(lam * (1 - tolerance)) <= current <= count(lam * (1 + tolerance)):
+        needed, banded = current, True
+    if k is not None and needed <= max_replicas:
+        c = max(1, int(math.floor(needed * k + 1e-9)))
+        predicted = wait_quantile(c, a, s, q) + (prefill or 0.0)
+    breach = False
+    ttft = v("ttft")
+    last = state.breach_time
+    if (slo.ttft_seconds is not None and ttft is not None and ttft > slo.ttft_seconds and queued > 0
+            and (budget or 0) > 0 and needed <= current and replicas >= current
+            and (last is None or now - last >= slo.window_seconds)):
+        needed, breach = current + 1, True
+        new_state = replace(new_state, breach_time=float(now))
+    parts = [f"arrivals {_num(lam)}/s x {_num(s)}s running = {_num(a)} requests in service"]
+    if k is not None:
+        parts.append(f"{_num(k)} per replica")
+    if k_itl is not None:
+        parts.append(f"at most {_num(k_itl)} per replica for the ITL target")
+    msg = ", ".join(parts) + f": the queue model needs {needed}"
+    if banded:
+        msg += f" (within the {tolerance * 100:g}% tolerance on arrivals)"
+    if predicted is not None:
+        msg += f" (predicted p{slo.percentile:g} TTFT {_num(predicted)}s)"
+    if breach:
+        msg += f"; measured p{slo.percentile:g} TTFT {_num(ttft)}s above target with requests queued: at least {current + 1}"
+    return out(needed, predicted, breach, msg, new_state)
+
+
+@dataclass(frozen=True)
+class SLOStatus:
+    """The ``SLOMet`` condition's content: status (``None`` = Unknown), reason constant, message."""
+
+    met: bool | None
+    reason: str
+    message: str
+    ttft: float | None = None
+    itl: float | None = None
+
+
+def slo_status(slo: SLOPolicy, signals: Signals, prefill: float | None) -> SLOStatus:
+    """Measured percentiles against the targets.
+
+    Returns:
+        ``met`` True (:data:`TARGET_MET`) when every configured target holds; False with
+        :data:`PREFILL_ABOVE_TARGET` (the TTFT target is below the prefill percentile alone),
+        :data:`TIME_TO_FIRST_TOKEN_ABOVE_TARGET` or :data:`INTER_TOKEN_LATENCY_ABOVE_TARGET`;
+        ``None`` with :data:`NO_RECENT_REQUESTS` when nothing was measured in the window.
+    """
+    p = f"p{slo.percentile:g}"
+    ttft, itl = signals.value("ttft"), signals.value("itl")
+    parts, reason, met = [], R.TARGET_MET, True
+    measured = False
+    if slo.ttft_seconds is not None and ttft is not None:
+        measured = True
+        parts.append(f"{p} time to first token {_num(ttft)}s (target {_num(slo.ttft_seconds)}s)")
+        if ttft > slo.ttft_seconds:
+            met = False
+            reason = (R.PREFILL_ABOVE_TARGET if prefill is not None and prefill >= slo.ttft_seconds
+                      else R.TIME_TO_FIRST_TOKEN_ABOVE_TARGET)
+            if reason == R.PREFILL_ABOVE_TARGET:
+                parts.append(f"the {p} prefill alone takes {_num(prefill)}s: more replicas cannot meet the target")
+    if slo.itl_seconds is not None and itl is not None:
+        measured = True
+        parts.append(f"{p} inter-token latency {_num(itl)}s (target {_num(slo.itl_seconds)}s)")
+        if itl > slo.itl_seconds and met:
+            met, reason = False, R.INTER_TOKEN_LATENCY_ABOVE_TARGET
+    if not measured:
+        return SLOStatus(None, R.NO_RECENT_REQUESTS,
+                         f"no request measured in the last {slo.window_seconds:g}s", ttft, itl)
+    return SLOStatus(met, reason, "; ".join(parts), ttft, itl)

@@ -1,0 +1,20 @@
+"""kubeforge.serving: the pure core of InferenceService replicas.
+
+A replica is a group of pods (one per node when the model spans several), placed as one gang by
+the admission round, restarted and scaled as one, the LeaderWorkerSet way:
+:func:`group_shape` says how many pods and what each holds in a pool, :func:`group_request`
+what placement is asked for, and :func:`plan_serving` decides a service's next actions (the
+one home of a group's life: failure, startup, drain, rollout, scale). No I/O; ``now`` is a
+parameter.
+"""
+
+from kubeforge.serving._plan import (
+    DRAINING, GROUP_FAILED, GROUP_NOT_STARTED, GROUP_RESTARTED, ROLLING_OUT, AssumedGroup, ServingContext, ServingPlan,
+    group_status, plan_serving,
+)
+from kubeforge.admission import GroupShape, group_request, group_shape
+
+__all__ = [
+    "DRAINING", "GROUP_FAILED", "GROUP_NOT_STARTED", "GROUP_RESTARTED", "ROLLING_OUT", "AssumedGroup", "GroupShape",
+    "ServingContext", "ServingPlan", "group_request", "group_shape", "group_status", "plan_serving",
+]
