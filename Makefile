@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +20,12 @@ setup: $(BIN)/kubeforge
 tools:
 	@if [ -z "$$KUBEFORGE_BIN_DIR" ]; then bash hack/build-tools.sh >/dev/null; fi
 
+# The peers kubeforge is measured against (Kueue, JobSet, LeaderWorkerSet), built from the Go
+# module proxy and cached like the control plane: only benches and tests that compare ask for
+# them (never make demo or make test). See e2e/README-peers.md.
+peers:
+	bash hack/build-peers.sh >/dev/null
+
 # Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
@@ -31,6 +37,11 @@ demo: setup tools system-deps
 
 test: setup tools system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The peers' smoke tests (Kueue + JobSet with TAS, LeaderWorkerSet), building the peers first.
+# make test runs them too, but only when the peers are already built.
+test-peers: setup tools peers
+	$(BIN)/pytest -m peers $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
@@ -59,10 +70,17 @@ BENCH_ARGS ?=
 bench-training: setup tools
 	$(BIN)/python e2e/bench_training.py $(BENCH_ARGS)
 
-# The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kubeforge phase only).
+# The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kubeforge, and Kueue + JobSet
+# when the peers are built: make peers).
 bench-training-burst: setup tools
-	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases kubeforge \
+	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases kubeforge,kueue \
 		--submit-workers 16 --phase-timeout 480 --settle 30 $(BENCH_ARGS)
+
+# The operator's CPU profile during the training bench (kubeforge phase): py-spy (PyPI) samples it,
+# e2e/profile_operator.py prints the share by area and the top functions (e2e/README-training-bench.md).
+profile-training: setup tools
+	$(BIN)/pip install -q -e '.[test,profile]'
+	$(BIN)/python e2e/profile_operator.py $(BENCH_ARGS)
 
 # 5,000 TrainingJobs / 20,000 pods: operator RSS as they grow, against an idle operator.
 bench-memory: setup tools
@@ -91,3 +109,8 @@ bench-preemption: setup
 bench-nvl72: setup
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python e2e/bench_nvl72.py $(BENCH_ARGS)
+
+# The same question live and small: 16 kwok nodes, two teams, high-priority arrivals over running
+# jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.
+bench-preemption-live: setup tools peers
+	$(BIN)/python e2e/bench_preemption_live.py $(BENCH_ARGS)

@@ -9,6 +9,8 @@ the same job mix from the Alibaba GPU trace (``--trace``):
 2. **kubeforge**: the operator runs (``kubeforge.demo.start_operator``); every job is a
    TrainingJob (topology ``Preferred`` at level ``nvlink`` unless told otherwise) in one
    GPUPool covering the fleet. The operator admits whole gangs and ungates them together.
+3. **kueue** (Kueue + JobSet, when built by ``hack/build-peers.sh``): every job is a JobSet
+   queued in Kueue with TopologyAwareScheduling; see e2e/peers/kueue_phase.py.
 
 Between the phases the baseline namespace is deleted (bounded wait) so that the fleet is empty
 again. Binding is measured by watching pods (``spec.nodeName``) on this side of the API
@@ -93,6 +95,7 @@ POOL = "bench"
 GROUP, VERSION = "kubeforge.io", "v1alpha1"
 DEFAULT_CLUSTER = os.environ.get("KUBEFORGE_BENCH_CLUSTER", "kubeforge-bench")
 READ_VERBS = {"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT"}
+ADMITS = ("kubeforge", "kueue")  # phases whose jobs have an Admitted condition (TrainingJob, Kueue Workload)
 
 
 def default_trace() -> Path:
@@ -845,7 +848,7 @@ def summarize(ph: Phase) -> dict:
 def print_timeline(ph: Phase, rows: int) -> None:
     """The phase's samples, thinned to ``rows`` rows."""
     print(f"\n  {ph.name}: GPU allocation over time (sampled every ~{ph.samples[1][0] - ph.samples[0][0] if len(ph.samples) > 1 else 0:.0f}s)")
-    adm = ph.name == "kubeforge"
+    adm = ph.name in ADMITS
     print(f"  {'t(s)':>6} {'GPUs bound':>11} {'alloc %':>8} {'pods bound':>11} {'jobs placed':>12} {'partial gangs':>14} "
           f"{'GPUs in partial':>16}" + (f" {'jobs admitted':>14}" if adm else ""))
     s = ph.samples
@@ -1031,7 +1034,8 @@ def main() -> int:
     ap.add_argument("--sample-interval", type=float, default=2.0)
     ap.add_argument("--submit-workers", type=int, default=8, help="threads issuing the create calls")
     ap.add_argument("--timeline-rows", type=int, default=12)
-    ap.add_argument("--phases", default="baseline,kubeforge", help="comma-separated subset, in order")
+    ap.add_argument("--phases", default="baseline,kubeforge,kueue",
+                    help="comma-separated subset, in order (kueue: Kueue + JobSet, skipped when not built)")
     ap.add_argument("--admission-only", action="store_true",
                     help="end the kubeforge phase once every job is Admitted (or none was for --settle s), "
                          "not once every pod is bound")
@@ -1057,9 +1061,12 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    bad = [p for p in phases if p not in ("baseline", "kubeforge")]
+    bad = [p for p in phases if p not in ("baseline", "kubeforge", "kueue")]
     if bad or not phases:
-        ap.error(f"--phases: unknown {bad or 'empty'}; use baseline and/or kubeforge")
+        ap.error(f"--phases: unknown {bad or 'empty'}; use baseline, kubeforge and/or kueue")
+    from peers import kueue_phase  # the Kueue + JobSet phase (e2e/peers/)
+
+    phases = kueue_phase.select_phases(phases, say)
     if args.max_replicas < 1 or (args.jobs is not None and args.jobs < 1):
         ap.error("--max-replicas and --jobs must be at least 1")
     trace = Path(args.trace)
@@ -1143,6 +1150,9 @@ def main() -> int:
                 components = bench_claims.ComponentMetrics({k: component_pid(c, k) for k in bench_claims.WANTED})
                 costs[phase] = run_phase(c, api, ph, ns, submit, args)
                 extra["components_baseline"] = components.finish()
+            elif phase == "kueue":
+                extra["kueue"] = kueue_phase.run(sys.modules[__name__], c, api, ph, ns, args, fleet.name, capacity,
+                                                 last=phase == phases[-1])
             else:
                 c.kubectl("apply", "-f", "-", input=json.dumps({
                     "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPool", "metadata": {"name": POOL},
@@ -1286,10 +1296,10 @@ def report(results: dict, costs: dict, extra: dict, jobs: list[Job], req_gpus: i
     row("create -> all pods bound p50", lambda p, s: f"{s['p50']:.2f}")
     row("create -> all pods bound p95", lambda p, s: f"{s['p95']:.2f}")
     row("create -> all pods bound max", lambda p, s: f"{s['max']:.2f}")
-    if "kubeforge" in results:
-        row("jobs Admitted (TrainingJob watch)", lambda p, s: f"{s['adm_n']}/{len(p.jobs)}" if p.name == "kubeforge" else "-")
+    if any(n in results for n in ADMITS):
+        row("jobs Admitted (TrainingJob/Workload watch)", lambda p, s: f"{s['adm_n']}/{len(p.jobs)}" if p.name in ADMITS else "-")
         for q in ("p50", "p95", "max"):
-            row(f"create -> Admitted {q}", lambda p, s, q=q: f"{s['adm_' + q]:.2f}" if p.name == "kubeforge" else "-")
+            row(f"create -> Admitted {q}", lambda p, s, q=q: f"{s['adm_' + q]:.2f}" if p.name in ADMITS else "-")
     row("jobs placed per second", lambda p, s: f"{s['rate']:.1f}")
     row("  (placed jobs / first create..last bind s)", lambda p, s: f"{s['span']:.1f}")
     row("multi-pod jobs placed", lambda p, s: f"{s['multi']}")
@@ -1340,6 +1350,10 @@ def report(results: dict, costs: dict, extra: dict, jobs: list[Job], req_gpus: i
         if n in costs:
             print_cost(n, costs[n], results[n][1], "operator" if n == "kubeforge" else "bench",
                        per_admitted=args.admission_only and n == "kubeforge")
+    if extra.get("kueue") and "kueue" in results:
+        from peers import kueue_phase
+
+        kueue_phase.print_report(sys.modules[__name__], extra["kueue"], results["kueue"][1], results["kueue"][0])
     for n in names:
         print_timeline(results[n][0], args.timeline_rows)
 
