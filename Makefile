@@ -62,7 +62,7 @@ IMAGE_ARGS ?=
 image: setup
 	bash hack/build-image.sh $(IMAGE_ARGS)
 
-.PHONY: bench-training-burst bench-memory
+.PHONY: bench-training-burst bench-memory bench-nvl72
 
 # BENCH_ARGS passes extra flags to a bench, e.g. make bench-training BENCH_ARGS="--cluster my-bench".
 BENCH_ARGS ?=
@@ -102,6 +102,13 @@ bench-serving: setup tools
 # through the pure admission core (no cluster), beside Kueue's victim order.
 bench-preemption: setup
 	$(BIN)/python e2e/bench_preemption.py $(BENCH_ARGS)
+
+# Issue 15: 8 NVL72 racks, gangs of 1-32 nodes from the Alibaba trace, rack-sized high-priority
+# gangs; kubeforge's clique placement and whole-domain preemption vs a Kueue-like scattered choice,
+# replayed through the pure admission core; PNG in e2e/results/.
+bench-nvl72: setup
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python e2e/bench_nvl72.py $(BENCH_ARGS)
 
 # The same question live and small: 16 kwok nodes, two teams, high-priority arrivals over running
 # jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.

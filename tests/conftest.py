@@ -42,6 +42,12 @@ def cluster():
         c.down(log=lambda m: print(f"[cluster] {m}"))  # a clean start: nothing left from an earlier session
     c.up(None, log=lambda m: print(f"[cluster] {m}"))
     c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    # NVIDIA's DRA driver's ComputeDomain CRD, as on a cluster where the driver was installed before
+    # kubeforge (docs/install.md): kopf resolves the kinds it watches when it starts, and one whose
+    # CRD appears later is picked up only if its rescan on the CRD's events finds it served.
+    from kubeforge.sim.dra import CRD_FIXTURE
+
+    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FIXTURE))
     c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     start_operator(c)
     yield c
@@ -98,6 +104,48 @@ def get_json(cluster, *args: str) -> dict:
 
 def apply(cluster, obj: dict) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+DRA_GPUS = 4
+"""GPUs per node of :func:`dra_fleet` (a GB200 tray)."""
+
+
+@pytest.fixture
+def dra_fleet(request, cluster, namespace):
+    """NVL72 racks (18 DRA nodes x 4 GPUs per clique; one rack unless the test is parametrized with
+    ``indirect`` racks) plus 2 device-plugin nodes, private to the test; a DRA pool over the racks
+    and a device-plugin pool over the others; the sim's DRA driver, ComputeDomain CRD and IMEX
+    stand-in installed. Returns the names (``rack``, ``dp``, ``pool``, ``cliques``)."""
+    from kubeforge.sim import dra
+    from kubeforge.sim.fleet import Fleet, node_manifests
+
+    pool = namespace
+    racks = getattr(request, "param", 1)
+    f = Fleet.model_validate({"name": pool, "nodePrefix": f"{pool}-", "groups": [
+        {"name": "rack", "count": 18 * racks, "nodesPerClique": 18, "labels": {"kubeforge.io/test-fleet": pool},
+         "gpu": {"count": DRA_GPUS, "product": "NVIDIA-GB200", "allocation": "DRA"}},
+        {"name": "dp", "count": 2, "labels": {"kubeforge.io/test-fleet": f"{pool}-dp"}, "gpu": {"count": DRA_GPUS}},
+    ]})
+    nodes = node_manifests(f)
+    cluster.apply_nodes(nodes)
+    dra.install(cluster, nodes, log=lambda m: None, ready_delay=2.0)
+    names = [n["metadata"]["name"] for n in nodes]
+    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
+                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}},
+                             "deviceAllocation": "DRA", "dra": {"deviceClassName": dra.GPU_CLASS, "driver": dra.GPU_DRIVER},
+                             "topologyLevels": [{"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"}]}})
+    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": f"{pool}-dp"},
+                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}}})
+    cliques: dict[str, list[str]] = {}
+    for n in nodes:
+        if "-rack-" in n["metadata"]["name"]:
+            cliques.setdefault(n["metadata"]["labels"]["nvidia.com/gpu.clique"], []).append(n["metadata"]["name"])
+    yield {"rack": [n for n in names if "-rack-" in n], "dp": [n for n in names if "-dp-" in n], "pool": pool,
+           "cliques": cliques}
+    cluster.kubectl("delete", "gpupool", pool, f"{pool}-dp", "--ignore-not-found", "--wait=false", check=False)
+    slices = [s["metadata"]["name"] for s in dra.slice_manifests(nodes)]
+    cluster.kubectl("delete", "resourceslice", *slices, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -318,8 +318,9 @@ def test_gpu_pool_spec_may_be_left_out() -> None:
     schema = schema_of("GPUPool")
     assert "required" not in schema
     assert schema["properties"]["spec"]["default"] == {
-        "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto",
-        "preemption": {"withinQuota": "LowerPriority", "reclaimQuota": "Any"}}
+        "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto", "deviceAllocation": "DevicePlugin",
+        "dra": {"deviceClassName": "gpu.nvidia.com", "driver": "gpu.nvidia.com", "spareNodesPerClique": 2},
+        "preemption": {"withinQuota": "LowerPriority", "minRuntimeSeconds": 0, "reclaimQuota": "Any"}}
 
 
 @pytest.mark.parametrize(

@@ -265,3 +265,27 @@ def test_autoscaler_can_scale_as_the_chart_serviceaccount(cluster, sa_operator, 
     st = wait_for(lambda: (s := get_json(cluster, "inferenceservice", "chat", "-n", namespace).get("status") or {})
                   .get("desiredReplicas") == 2 and s, timeout=30, what="status.desiredReplicas 2")
     assert st["lastScaleDirection"] == "Up"
+
+
+def test_dra_gang_as_the_chart_serviceaccount(cluster, sa_operator, namespace, dra_fleet):
+    """A DRA pool and a 2-node NVLink gang, every call decided by the chart's ClusterRole: the
+    pool's capacity from ResourceSlices, the job's ResourceClaimTemplate, its ComputeDomain
+    (created with kubeforge's finalizer, read back for ComputeDomainReady), and on delete the
+    finalizer patched off and the domain deleted."""
+    log = OperatorLog(cluster)
+    pool = dra_fleet["pool"]
+    wait_for(lambda: (get_json(cluster, "gpupool", pool).get("status") or {}).get("gpus", {}).get("allocatable") == 72,
+             timeout=60, what="the DRA pool's capacity from its ResourceSlices")
+    apply(cluster, training_job("nv", namespace, replicas=2, gpus=4, mode="Required", level="nvlink", pools=[pool]))
+    wait_for(lambda: job_status(cluster, namespace, "nv").get("phase") == "Running", timeout=120, what="the gang Running")
+    wait_for(lambda: (condition(job_status(cluster, namespace, "nv"), "ComputeDomainReady") or {}).get("status") == "True",
+             timeout=60, what="ComputeDomainReady=True")
+    (cd,) = get_json(cluster, "computedomains", "-n", namespace)["items"]
+    assert "kubeforge.io/compute-domain" in cd["metadata"]["finalizers"]
+    templates = {t["metadata"]["name"] for t in get_json(cluster, "resourceclaimtemplates", "-n", namespace)["items"]}
+    for p in job_pods(cluster, namespace, "nv"):
+        assert {c["resourceClaimTemplateName"] for c in p["spec"]["resourceClaims"]} <= templates
+    cluster.kubectl("delete", "trainingjob", "nv", "-n", namespace, "--wait=false")
+    wait_for(lambda: not get_json(cluster, "computedomains", "-n", namespace)["items"], timeout=90,
+             what="the ComputeDomain released (finalizer patched off, deleted)")
+    assert not log.forbidden(), "RBAC gap (operator log):\n" + "\n".join(log.forbidden()[:20])

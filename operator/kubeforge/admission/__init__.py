@@ -12,16 +12,19 @@ from kubeforge.admission._plan import (
     first_pool_index, gang_request, plan_admission, queued_since,
 )
 from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, pool_members, pool_view
-from kubeforge.admission._request import GroupShape, group_request, group_shape, own_anti_affinity
+from kubeforge.admission._request import (
+    GroupShape, clique_level, group_request, group_shape, multi_node, nvlink_request, own_anti_affinity,
+)
 from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, preemption_message, quota_book
 from kubeforge.admission._round import Preempt
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
-    TERMINAL_JOB_PHASES, AssumedGroup, JobView, Snapshot, pool_capacity_type, pool_resource,
+    TERMINAL_JOB_PHASES, AssumedGroup, JobView, Snapshot, is_dra_pool, pool_capacity_type, pool_resource, same_gpus,
 )
 
 __all__ = [
     "groups_that_fit",
+    "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
     "quota_book",

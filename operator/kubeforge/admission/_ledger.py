@@ -10,18 +10,27 @@ the resource and is bound to (or assigned to) a node holds its request there: In
 replicas, other workloads, and a job's pods of an older attempt that are still terminating. A
 job's pods of its current attempt (a group's pods of its current attempt) are counted through
 the placement (the group), never twice.
+
+Dynamic Resource Allocation: a DRA pool's GPUs are counted under ``dra:<driver>``. Every
+allocated ResourceClaim (``status.allocation.devices.results``) holds its GPU devices on the node
+whose ResourceSlice publishes them, whoever's claim it is, except the claims of pods counted
+through their placement. Keys that name the same physical GPUs (a DRA pool's driver and its
+``gpuResourceName``: :func:`~kubeforge.admission._snapshot.same_gpus`) are counted together, so a
+node whose GPUs are requested both through the device plugin and through claims is never
+over-committed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource
-from kubeforge.objects import groups_of, rank_gpus
+from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource, same_gpus
+from kubeforge.objects import dra_key, groups_of, is_dra_key, rank_gpus
 
 WorkloadKey = tuple[str, str, str]
-"""(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)`` or
-``("Pod", ns, name)`` for pods of neither."""
+"""(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)``,
+``("Pod", ns, name)`` for pods of neither, or ``("ResourceClaim", ns, name)`` for an allocated
+claim whose pod is not known."""
 
 
 @dataclass
@@ -61,14 +70,16 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
     placement is cleared in the same status write anyway).
     """
     led = Ledger(resource)
+    keys = same_gpus(snapshot.pools, resource)
     covered: dict[tuple[str, str], int] = {}
     for job in snapshot.jobs.values():
         pl = job.placement
         if pl is None or job.phase in TERMINAL_JOB_PHASES or job.record.spec is None:
             continue
-        if pool_resource(snapshot.pools.get(pl.pool)) != resource:
+        held_as = pool_resource(snapshot.pools.get(pl.pool))
+        if held_as not in keys:
             continue
-        per = rank_gpus(job.record, resource)
+        per = rank_gpus(job.record, held_as)
         who = ("TrainingJob",) + job.key
         for node in pl.nodes:
             led.hold(who, node, per)
@@ -76,34 +87,57 @@ def build_ledger(snapshot: Snapshot, resource: str) -> Ledger:
     groups: dict[tuple[str, str, int], int] = {}
     for key, svc in snapshot.services.items():
         for g in groups_of(svc.status):
-            if g.holds and pool_resource(snapshot.pools.get(g.pool)) == resource:
+            if g.holds and pool_resource(snapshot.pools.get(g.pool)) in keys:
                 for node in g.nodes:
                     led.hold(("InferenceService",) + key, node, g.gpus_per_pod)
                 groups[key + (g.index,)] = g.attempt
     for (key, index), a in snapshot.assumed_groups.items():
-        if key + (index,) in groups or pool_resource(snapshot.pools.get(a.placement.pool)) != resource:
+        if key + (index,) in groups or pool_resource(snapshot.pools.get(a.placement.pool)) not in keys:
             continue
         for node in a.placement.nodes:
             led.hold(("InferenceService",) + key, node, a.gpus_per_pod)
         groups[key + (index,)] = 0
+    plugin = [k for k in keys if not is_dra_key(k)]
+    by_name = {}
     for pod in snapshot.pods:
-        gpus = pod.requests.get(resource, 0)
+        by_name[(pod.namespace, pod.name)] = pod
+        gpus = sum(pod.requests.get(k, 0) for k in plugin)
         node = pod.where
         if not gpus or node is None or pod.terminal:
             continue
-        if pod.job is not None and covered.get((pod.namespace, pod.job)) == pod.attempt:
-            continue  # counted through its job's placement
-        if pod.service is not None and pod.group is not None and \
-                groups.get((pod.namespace, pod.service, pod.group)) == pod.attempt:
-            continue  # counted through its group's nodes
-        if pod.service is not None:
-            who: WorkloadKey = ("InferenceService", pod.namespace, pod.service)
-        elif pod.job is not None:
-            who = ("TrainingJob", pod.namespace, pod.job)
-        else:
-            who = ("Pod", pod.namespace, pod.name)
-        led.hold(who, node, gpus)
+        if _covered(pod, covered, groups):
+            continue
+        led.hold(_owner(pod), node, gpus)
+    if any(is_dra_key(k) for k in keys):
+        for claim in snapshot.resource_claims:
+            pod = by_name.get((claim.namespace, claim.pod)) if claim.pod else None
+            if pod is not None and _covered(pod, covered, groups):
+                continue
+            for driver, pool, device in claim.devices:
+                if dra_key(driver) not in keys:
+                    continue
+                node = snapshot.devices.node_of(driver, pool, claim.node)
+                if node is None or not snapshot.devices.is_gpu(driver, node, device):
+                    continue
+                who = _owner(pod) if pod is not None else ("ResourceClaim", claim.namespace, claim.name)
+                led.hold(who, node, 1)
     return led
+
+
+def _covered(pod, covered: dict, groups: dict) -> bool:
+    """Whether a pod's GPUs are counted through its job's placement or its group's nodes."""
+    if pod.job is not None and covered.get((pod.namespace, pod.job)) == pod.attempt:
+        return True
+    return pod.service is not None and pod.group is not None and \
+        groups.get((pod.namespace, pod.service, pod.group)) == pod.attempt
+
+
+def _owner(pod) -> WorkloadKey:
+    if pod.service is not None:
+        return ("InferenceService", pod.namespace, pod.service)
+    if pod.job is not None:
+        return ("TrainingJob", pod.namespace, pod.job)
+    return ("Pod", pod.namespace, pod.name)
 
 
 def build_ledgers(snapshot: Snapshot) -> dict[str, Ledger]:

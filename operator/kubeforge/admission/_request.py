@@ -7,10 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from dataclasses import replace
+
 from kubeforge.admission._pools import PoolView
+from kubeforge.admission._snapshot import is_dra_pool
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, TrainingJobSpec
 from kubeforge.builders.training import job_labels
-from kubeforge.objects import ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
+from kubeforge.objects import CLIQUE_LABEL, ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
 from kubeforge.placement import HOSTNAME_LABEL, GangRequest, NodeFilter
 from kubeforge.selectors import selector_matches
 
@@ -102,9 +105,17 @@ def group_shape(svc: InferenceServiceRecord, view: PoolView) -> GroupShape | str
     placement reports fits no node. A group of
     several pods stays inside one domain of ``topology.level`` (default: the pool's narrowest
     level, its NVLink domain when detected), ``Required`` unless the spec says otherwise.
+
+    A DRA pool (``deviceAllocation: DRA``) gives no shape for now: its GPUs are handed out as
+    ResourceClaims, which the serving builders do not make yet, and a ``dra:<driver>`` ledger key
+    is no container resource the API server accepts. The message says so (the serving runtime
+    reports it as InvalidSpec; admission tries the service's next pool).
     """
     spec = svc.spec
     assert spec is not None
+    if is_dra_pool(view.record):
+        return (f"GPUPool {view.name} allocates GPUs through DRA: InferenceService replicas run on device-plugin "
+                f"pools for now (list one in spec.pools)")
     total = spec.replica_gpus
     per_node = max((n.gpus_allocatable for n in view.nodes), default=0)
     if per_node == 0 or total <= per_node or spec.parallelism is None:
@@ -156,3 +167,31 @@ def group_request(svc: InferenceServiceRecord, view: PoolView, shape: GroupShape
         needs=shape.needs,
         one_per_node=shape.pods > 1,
     )
+
+
+def clique_level(view: PoolView, request: GangRequest) -> str | None:
+    """The level of ``request`` (for ``Preferred`` without one: the narrowest) when its label is
+    ``nvidia.com/gpu.clique`` in a DRA pool, else None."""
+    if request.mode == "None" or not is_dra_pool(view.record):
+        return None
+    name = request.level or (view.levels[0].name if view.levels else None)
+    level = next((lv for lv in view.levels if lv.name == name), None)
+    return level.name if level is not None and level.node_label == CLIQUE_LABEL else None
+
+
+def multi_node(view: PoolView, request: GangRequest) -> bool:
+    """Whether the gang needs more than one node of the pool (its largest node cannot hold it)."""
+    largest = max((n.gpus_allocatable for n in view.nodes), default=0)
+    per_node = 1 if request.one_per_node else (largest // request.gpus_per_replica if largest else 0)
+    return request.replicas > max(1, per_node)
+
+
+def nvlink_request(request: GangRequest, view: PoolView) -> GangRequest:
+    """``request`` as placed in ``view``: a gang that needs more than one node of an NVLink clique
+    of a DRA pool takes wholly free nodes of one clique and leaves the pool's
+    ``dra.spareNodesPerClique`` free when it can (:func:`kubeforge.placement.place_gang`); it gets a
+    ComputeDomain. Other requests are returned unchanged."""
+    if request.whole_nodes or clique_level(view, request) is None or not multi_node(view, request):
+        return request
+    spares = view.record.spec.dra.spare_nodes_per_clique if view.record.spec is not None else 0
+    return replace(request, whole_nodes=True, spare_nodes=spares)

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
-from kubeforge.admission._request import gang_request
+from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
 from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -104,7 +104,7 @@ class Round:
             return self._place(job, request, pools, allowed)
         pool, by_node = own
         view = self.views[pool]
-        request = self._request(job, request, view.resource)
+        request = self._request(job, request, view)
         self._add(view.resource, by_node, -1)  # its own nomination is its to use
         result = place_gang(request, view.nodes, view.levels, self.taken[view.resource])
         if isinstance(result, Placement):
@@ -134,7 +134,7 @@ class Round:
             conflict = gpu_request_conflict(spec.template.spec, spec.gpus_per_replica, view.resource)  # type: ignore[union-attr]
             if conflict:
                 return Wait(job.key, "InvalidSpec", conflict)
-            req = self._request(job, request, view.resource)
+            req = self._request(job, request, view)
             refusal = self.books[name].refusal(ns, req.gpus)
             if refusal:
                 permanent_everywhere = False
@@ -149,7 +149,7 @@ class Round:
             notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
         for name in tried:
             view = self.views.get(name)
-            pre = self._preempt(job, self._request(job, request, view.resource), name) if view else None
+            pre = self._preempt(job, self._request(job, request, view), name) if view else None
             if pre is not None:
                 return pre
         if all(n.startswith("GPUPool ") for n in notes):
@@ -160,12 +160,13 @@ class Round:
         return Wait(job.key, reason, "; ".join(notes))
 
     @staticmethod
-    def _request(job: JobView, request: GangRequest, resource: str) -> GangRequest:
-        """``request`` (made for the default GPU resource) for a pool counting ``resource``: what
-        one rank holds depends on which resource the pool counts."""
-        if resource == DEFAULT_GPU_RESOURCE_NAME:
-            return request
-        return gang_request(job.record, resource)
+    def _request(job: JobView, request: GangRequest, view: PoolView) -> GangRequest:
+        """``request`` (made for the default GPU resource) for the pool of ``view``: what one rank
+        holds depends on which resource the pool counts, and a multi-node NVLink gang of a DRA
+        pool takes whole free nodes of a clique (:func:`~kubeforge.admission.nvlink_request`)."""
+        if view.resource != DEFAULT_GPU_RESOURCE_NAME:
+            request = gang_request(job.record, view.resource)
+        return nvlink_request(request, view)
 
     def _admit(self, job: JobView, pool: str, placement: Placement) -> None:
         view = self.views[pool]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType, DeviceAllocation
 from kubeforge.objects import (
-    InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, TrainingJobRecord,
-    current_attempt, placement_of,
+    EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, InferenceServiceRecord, Key, Node,
+    PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key, placement_of, with_devices,
 )
 
 TERMINAL_JOB_PHASES = ("Succeeded", "Failed")
@@ -89,6 +89,11 @@ class Snapshot:
         terminating: Namespaces being deleted: nothing there is admitted or given a node.
         assumed_groups: Replica groups admission placed that their service's status does not
             show yet, by (service key, index).
+        devices: The GPUs DRA drivers publish (ResourceSlices). Their count per node is added
+            to ``nodes`` (allocatable and capacity under ``dra:<driver>``) when the snapshot is
+            made, so every pool view reads DRA and device-plugin GPUs the same way.
+        resource_claims: ResourceClaims with an allocation (their devices are held).
+        compute_domains: ComputeDomains kubeforge made, by (namespace, name).
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -102,6 +107,13 @@ class Snapshot:
     preempting: frozenset[Key] = frozenset()
     terminating: frozenset[str] = frozenset()
     assumed_groups: Mapping[tuple[Key, int], AssumedGroup] = field(default_factory=dict)
+    devices: DeviceInventory = EMPTY_INVENTORY
+    resource_claims: Sequence[ClaimView] = ()
+    compute_domains: Mapping[Key, ComputeDomainView] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.devices.gpus:
+            object.__setattr__(self, "nodes", with_devices(self.nodes, self.devices))
 
 
 def pool_resource(pool: PoolRecord | None) -> str:
@@ -109,7 +121,28 @@ def pool_resource(pool: PoolRecord | None) -> str:
     pool is missing or its spec does not parse)."""
     if pool is None or pool.spec is None:
         return DEFAULT_GPU_RESOURCE_NAME
+    if pool.spec.device_allocation == DeviceAllocation.DRA:
+        return dra_key(pool.spec.dra.driver)
     return pool.spec.gpu_resource_name
+
+
+def is_dra_pool(pool: PoolRecord | None) -> bool:
+    """Whether the pool's pods get their GPUs through Dynamic Resource Allocation."""
+    return pool is not None and pool.spec is not None and pool.spec.device_allocation == DeviceAllocation.DRA
+
+
+def same_gpus(pools: Mapping[str, PoolRecord], resource: str) -> frozenset[str]:
+    """The ledger keys that count the same physical GPUs as ``resource``: a DRA pool's driver key
+    and its ``gpuResourceName`` (the device-plugin name those GPUs may also be requested by).
+    Each ledger counts what is held under all of them, so a node whose GPUs are requested both
+    ways is never promised twice."""
+    keys = {resource}
+    for p in pools.values():
+        if is_dra_pool(p):
+            pair = {pool_resource(p), p.spec.gpu_resource_name}  # type: ignore[union-attr]
+            if keys & pair:
+                keys |= pair
+    return frozenset(keys)
 
 
 def pool_capacity_type(pool: PoolRecord) -> str | None:

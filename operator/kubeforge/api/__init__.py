@@ -41,7 +41,11 @@ from ._core import (
 )
 from ._quota import GPUQuota, PoolPreemption, PreemptionPolicy, QuotaUsage
 from ._gpupool import (
+    DEFAULT_DEVICE_CLASS_NAME,
+    DEFAULT_DRA_DRIVER,
     DEFAULT_GPU_RESOURCE_NAME,
+    DeviceAllocation,
+    DRAConfig,
     CapacityType,
     EffectiveTopologyLevel,
     GPUCounts,
@@ -123,7 +127,11 @@ __all__ = [
     "TolerationOperator",
     "find_condition",
     # GPUPool
+    "DEFAULT_DEVICE_CLASS_NAME",
+    "DEFAULT_DRA_DRIVER",
     "DEFAULT_GPU_RESOURCE_NAME",
+    "DeviceAllocation",
+    "DRAConfig",
     "CapacityType",
     "EffectiveTopologyLevel",
     "GPUCounts",

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator
 from .. import API_VERSION
 from ._base import (
     DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     LABEL_KEY_PATTERN,
     MAX_LABEL_KEY_LENGTH,
     MAX_LABEL_LENGTH,
@@ -22,6 +23,51 @@ from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_
 from ._quota import GPUQuota, PoolPreemption, QuotaUsage
 
 DEFAULT_GPU_RESOURCE_NAME = "nvidia.com/gpu"
+DEFAULT_DEVICE_CLASS_NAME = "gpu.nvidia.com"
+"""The DeviceClass NVIDIA's DRA driver (k8s-dra-driver-gpu) installs for whole GPUs."""
+DEFAULT_DRA_DRIVER = "gpu.nvidia.com"
+"""The driver name NVIDIA's DRA driver publishes its GPUs' ResourceSlices under."""
+DNS_SUBDOMAIN_MAX = 253
+
+
+class DeviceAllocation(str, Enum):
+    """DeviceAllocation is how the pool's pods get their GPUs."""
+
+    DEVICE_PLUGIN = "DevicePlugin"
+    DRA = "DRA"
+
+
+class DRAConfig(KubeModel):
+    """DRAConfig says which Dynamic Resource Allocation devices are the pool's GPUs."""
+
+    device_class_name: str = Field(
+        default=DEFAULT_DEVICE_CLASS_NAME,
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="deviceClassName is the DeviceClass (resource.k8s.io/v1) the operator's "
+        "ResourceClaimTemplates request GPUs from, with an exact count per pod. gpu.nvidia.com "
+        "with NVIDIA's DRA driver.",
+    )
+    driver: str = Field(
+        default=DEFAULT_DRA_DRIVER,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="driver is the DRA driver whose ResourceSlices publish the GPUs: a node's "
+        "GPUs are the devices of this driver in the slices of that node whose attribute type, "
+        "when present, is gpu (NVIDIA's driver marks MIG devices type mig). Allocated devices "
+        "are read from ResourceClaim status.allocation. gpu.nvidia.com with NVIDIA's driver.",
+    )
+    spare_nodes_per_clique: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="spareNodesPerClique is how many wholly free nodes a multi-node NVLink gang "
+        "leaves in its nvidia.com/gpu.clique when some clique allows it (2 of an NVL72 rack's 18 "
+        "trays: a failed tray is replaced inside the clique and the gang keeps its "
+        "ComputeDomain); gangs too large for one clique are split evenly over the fewest cliques.",
+    )
 
 
 class CapacityType(str, Enum):
@@ -85,7 +131,23 @@ class GPUPoolSpec(KubeModel):
         max_length=MAX_LABEL_KEY_LENGTH,
         pattern=LABEL_KEY_PATTERN,
         description="gpuResourceName is the extended resource that counts GPUs on the pool's "
-        "nodes and that pods request.",
+        "nodes and that pods request. With deviceAllocation DRA it is the device-plugin name the "
+        "same GPUs may also be requested by: pods requesting it on the pool's nodes are counted "
+        "as holding GPUs there too, so a node exposed both ways is never over-committed.",
+    )
+    device_allocation: DeviceAllocation = Field(
+        default=DeviceAllocation.DEVICE_PLUGIN,
+        description="deviceAllocation is DevicePlugin (pods request gpuResourceName in their "
+        "limits; capacity from node allocatable) or DRA (Dynamic Resource Allocation, "
+        "resource.k8s.io/v1: capacity from the ResourceSlices of the nodes, pods get "
+        "spec.resourceClaims from a ResourceClaimTemplate the operator owns, and multi-node "
+        "gangs inside one nvidia.com/gpu.clique get a ComputeDomain).",
+    )
+    dra: DRAConfig = Field(
+        default_factory=DRAConfig,
+        description="dra says which devices are the pool's GPUs when deviceAllocation is DRA; "
+        "ignored otherwise.",
+        json_schema_extra=schema_default(DRAConfig),
     )
     topology_levels: list[TopologyLevel] = Field(
         default_factory=list,

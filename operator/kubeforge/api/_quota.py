@@ -81,6 +81,18 @@ class PoolPreemption(KubeModel):
         if value == PreemptionPolicy.ANY:
             raise ValueError("preemption.withinQuota is LowerPriority or Never")
         return value
+    min_runtime_seconds: int = Field(
+        default=0,
+        alias="minRuntimeSeconds",
+        ge=0,
+        le=604800,
+        description="minRuntimeSeconds protects a running gang from preemption by another job "
+        "(priority or quota reclaim) until its current run is this old, counted from when its "
+        "placement was made (status.placement.admittedAt). Spot reclaims and node failures are "
+        "not preemptions by a job and ignore it. Set by the pool's owner rather than each job, so "
+        "nobody exempts their own job from priority (Kueue KEP-9876 asks the same of a "
+        "ClusterQueue's preemption policy). 0: no protection.",
+    )
     reclaim_quota: PreemptionPolicy = Field(
         default=PreemptionPolicy.ANY,
         description="reclaimQuota is Any (a job that stays within its nominal quota may preempt "

@@ -127,7 +127,9 @@ class TrainingJobStatus(KubeModel):
         "or Suspended.",
     )
     conditions: list[Condition] = conditions_field(
-        "Admitted, Ready, Running, Preempted, Succeeded, Failed, Suspended"
+        "Admitted, Ready, Running, Preempted, Succeeded, Failed, Suspended, ComputeDomainReady (a gang "
+        "over several nodes of one NVLink clique in a DRA pool: its ComputeDomain's IMEX daemons are up on "
+        "every node of the placement; until then the workers wait in ContainerCreating)"
     )
     placement: Optional[Placement] = Field(
         default=None, description="placement is where the replicas run."

@@ -37,8 +37,8 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import (
-    ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
-    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, set_main_gpus,
+    COMPUTE_DOMAIN_API_VERSION, ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
+    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container, set_main_gpus,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
@@ -155,6 +155,91 @@ def _set_env(container: dict[str, Any], env: Mapping[str, str]) -> None:
     container["env"] = existing + [{"name": k, "value": v} for k, v in env.items()]
 
 
+GPU_CLAIM = "gpus"
+"""The pod's ``spec.resourceClaims`` entry (and the main container's ``resources.claims``) for its
+GPUs in a DRA pool."""
+CHANNEL_CLAIM = "compute-domain"
+"""The pod's claim entry for its ComputeDomain's IMEX channel."""
+COMPUTE_DOMAIN_FINALIZER = "kubeforge.io/compute-domain"
+"""kubeforge's finalizer on the ComputeDomains it makes: the domain is not torn down (by the
+garbage collector, when its job is deleted) while the gang's pods may still use its IMEX channel;
+kubeforge removes it first, once they are gone, then deletes the domain."""
+CLIQUES_ANNOTATION = "kubeforge.io/cliques"
+"""Annotation on a ComputeDomain: the NVLink cliques (comma-separated) it was made for."""
+
+
+def _short(text: str, n: int = 6) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def gpu_claim_template_name(job_name: str, device_class: str, count: int) -> str:
+    """The ResourceClaimTemplate of one job shape: ``<job>-gpus-<count>-<hash of the class>``
+    (a template's spec is immutable, so another count or class is another template)."""
+    return f"{job_name}-gpus-{count}-{_short(device_class, 5)}"
+
+
+def build_gpu_claim_template(job: TrainingJobRecord, device_class: str, count: int) -> dict[str, Any]:
+    """The ResourceClaimTemplate (``resource.k8s.io/v1``) every worker of ``job`` gets its GPUs
+    from in a DRA pool: one request of exactly ``count`` devices of ``device_class``. Owned by the
+    job (garbage-collected with it); the claims made from it are owned by their pods."""
+    name = gpu_claim_template_name(job.name, device_class, count)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": job.namespace, "labels": job_labels(job.name),
+                     "ownerReferences": [owner_reference(KIND, job.name, job.uid)]},
+        "spec": {
+            "metadata": {"labels": job_labels(job.name)},
+            "spec": {"devices": {"requests": [{"name": GPU_CLAIM, "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}},
+        },
+    }
+
+
+def compute_domain_name(job_name: str, cliques: Sequence[str]) -> str:
+    """The ComputeDomain of a gang on ``cliques``: ``<job>-imex-<hash of the cliques>``. A restart
+    in the same cliques finds the same domain; a move names a new one."""
+    return f"{job_name}-imex-{_short(','.join(sorted(cliques)))}"
+
+
+def channel_template_name(domain: str) -> str:
+    """The ResourceClaimTemplate of a ComputeDomain's IMEX channel (the driver's controller makes
+    it from ``spec.channel.resourceClaimTemplate.name``): ``<domain>-channel``."""
+    return f"{domain}-channel"
+
+
+def build_compute_domain(job: TrainingJobRecord, cliques: Sequence[str]) -> dict[str, Any]:
+    """The ComputeDomain (NVIDIA DRA driver, ``resource.nvidia.com/v1beta1``; its spec is
+    immutable) of a gang on ``cliques``: ``numNodes: 0`` (deprecated; the IMEX daemons start as
+    the workers land), one channel per worker from ``<domain>-channel``. Owned by the job, with
+    kubeforge's finalizer (:data:`COMPUTE_DOMAIN_FINALIZER`)."""
+    name = compute_domain_name(job.name, cliques)
+    return {
+        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": job.namespace, "labels": job_labels(job.name),
+                     "annotations": {CLIQUES_ANNOTATION: ",".join(sorted(cliques))},
+                     "finalizers": [COMPUTE_DOMAIN_FINALIZER],
+                     "ownerReferences": [owner_reference(KIND, job.name, job.uid)]},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
+    }
+
+
+def _claim_devices(pod_spec: dict[str, Any], gpu_template: str, channel_template: str | None) -> None:
+    """Give the pod its GPUs through DRA: ``spec.resourceClaims`` from the templates and the main
+    container's ``resources.claims`` (instead of GPU limits)."""
+    claims = [{"name": GPU_CLAIM, "resourceClaimTemplateName": gpu_template}]
+    if channel_template:
+        claims.append({"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template})
+    own = {c["name"] for c in claims}
+    pod_spec["resourceClaims"] = [c for c in pod_spec.get("resourceClaims") or [] if c.get("name") not in own] + claims
+    containers = pod_spec["containers"]
+    name = main_container([c.get("name") for c in containers])
+    main = next(c for c in containers if c.get("name") == name)
+    res = main.setdefault("resources", {})
+    res["claims"] = [c for c in res.get("claims") or [] if c.get("name") not in own] + [{"name": n} for n in own]
+
+
 def build_worker_pod(
     job: TrainingJobRecord,
     *,
@@ -165,6 +250,8 @@ def build_worker_pod(
     gpu_resource: str = "nvidia.com/gpu",
     tolerations: Sequence[Mapping[str, Any]] = (),
     last_checkpoint: Mapping[str, Any] | None = None,
+    gpu_claim_template: str | None = None,
+    channel_claim_template: str | None = None,
     scheduling_gates: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One worker pod of a gang, already placed.
@@ -178,6 +265,9 @@ def build_worker_pod(
         gpu_resource: The pool's device-plugin resource, e.g. ``nvidia.com/gpu``.
         tolerations: The pool's tolerations, appended to the template's.
         last_checkpoint: ``status.lastCheckpoint`` to hand to the workload, if any.
+        gpu_claim_template: In a DRA pool, the job's ResourceClaimTemplate: the pod gets its GPUs
+            as a claim from it (:func:`build_gpu_claim_template`) instead of ``gpu_resource`` limits.
+        channel_claim_template: The IMEX channel template of the gang's ComputeDomain, if any.
         scheduling_gates: kubeforge's gates to create the pod behind (e.g. the volume gate
             while the gang's claim binds), appended to the template's own.
 
@@ -194,7 +284,10 @@ def build_worker_pod(
     pod_spec = copy.deepcopy(spec.template.spec)
     containers = pod_spec["containers"]
 
-    set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
+    if gpu_claim_template:
+        _claim_devices(pod_spec, gpu_claim_template, channel_claim_template)
+    else:
+        set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
 
     master = master_address(name, ns)
     mount_path = spec.checkpoint.mount_path

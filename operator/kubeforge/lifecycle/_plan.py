@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.common import rfc3339, set_condition
 from kubeforge.objects import (
-    DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
+    ComputeDomainView, DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
     status_time,
 )
 from kubeforge.placement import GangRequest, NodeInfo
@@ -83,6 +83,9 @@ class TrainingContext:
             gpusPerReplica plus sidecars and init containers), for GPU-hours; None: gpusPerReplica.
         namespace_terminating: The job's namespace is being deleted: nothing is created,
             restarted or counted any more (the namespace controller deletes everything).
+        domain_cliques: The NVLink cliques of the placement when the gang needs a ComputeDomain
+            (several nodes of cliques in a DRA pool), else None.
+        compute_domains: The ComputeDomains kubeforge made for this job.
     """
 
     now: float
@@ -102,6 +105,8 @@ class TrainingContext:
     pool_nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     rank_gpus: int | None = None
     namespace_terminating: bool = False
+    domain_cliques: tuple[str, ...] | None = None
+    compute_domains: Sequence[ComputeDomainView] = ()
 
 
 @dataclass
@@ -126,6 +131,10 @@ class TrainingPlan:
         requeue_after: Seconds until the next reconcile is needed, or None.
         forget_assumed: The assumed placement is written (or abandoned): drop it.
         wrote_wait: The waiting message is part of ``status``.
+        compute_domain: ``(name, cliques)`` of the ComputeDomain to create (before the pods) if
+            absent, or None.
+        release_compute_domains: ComputeDomains to release: kubeforge's finalizer removed, then
+            deleted.
     """
 
     status: dict[str, Any] | None = None
@@ -141,6 +150,8 @@ class TrainingPlan:
     requeue_after: float | None = None
     forget_assumed: bool = False
     wrote_wait: bool = False
+    compute_domain: tuple[str, tuple[str, ...]] | None = None
+    release_compute_domains: list[str] = field(default_factory=list)
 
     def requeue(self, seconds: float) -> None:
         """Ask for a reconcile in ``seconds`` at the latest."""

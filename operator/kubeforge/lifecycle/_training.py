@@ -17,6 +17,7 @@ from kubeforge.builders.common import set_condition
 from kubeforge.lifecycle._accounting import fold_running, report_checkpoint
 from kubeforge.lifecycle._admitted import admission_policy
 from kubeforge.lifecycle._disruption import disruption_policy
+from kubeforge.lifecycle._domain import compute_domain_policy
 from kubeforge.lifecycle._outcome import failure_policy, success_policy
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._progress import progress_policy
@@ -86,6 +87,7 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
         if d.get("placement"):
             d.set(placement=None)
             plan.release = True
+        compute_domain_policy(d, ctx, plan)
         # A finished job holds nothing, even a pod whose creation the watch showed only after
         # the job ended (created in the same pass that found the gang could not start).
         plan.delete_pods = sorted(p.name for p in ctx.pods if not p.deleting and not p.terminal)
@@ -106,6 +108,7 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
                 or success_policy(d, ctx, plan, current) or startup_policy(d, ctx, plan, current))
     if not done:
         progress_policy(d, ctx, plan, current)
+    compute_domain_policy(d, ctx, plan)
     plan.delete_pods = sorted(set(plan.delete_pods) | set(stale))
     plan.status = d.result()
     return plan

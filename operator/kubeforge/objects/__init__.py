@@ -25,6 +25,11 @@ from kubeforge.objects._pod import (
     MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, gpu_request_conflict, is_terminal,
     main_container, pod_from_k8s, pod_requests, replica_requests, set_main_gpus,
 )
+from kubeforge.objects._dra import (
+    CLIQUE_LABEL, COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, EMPTY_INVENTORY,
+    ClaimView, ComputeDomainView, DeviceInventory, SliceView, claim_from_k8s, compute_domain_from_k8s, dra_key,
+    inventory, is_dra_key, slice_from_k8s, with_devices,
+)
 from kubeforge.objects._records import (
     DeploymentState, GroupRecord, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,
     condition_time, current_attempt, deployment_from_k8s, groups_of, parse_spec, placement_of, rank_gpus, rank_requests,
@@ -32,6 +37,9 @@ from kubeforge.objects._records import (
 )
 
 __all__ = [
+    "CLIQUE_LABEL", "COMPUTE_DOMAIN_API_VERSION", "COMPUTE_DOMAIN_GROUP", "COMPUTE_DOMAIN_VERSION", "EMPTY_INVENTORY",
+    "ClaimView", "ComputeDomainView", "DeviceInventory", "SliceView", "claim_from_k8s", "compute_domain_from_k8s",
+    "dra_key", "inventory", "is_dra_key", "slice_from_k8s", "with_devices",
     "BLOCKED_UNTIL_SPEC_CHANGES", "INVALID_SPEC", "NAMESPACE_TERMINATING", "PLACEMENT_LOST", "UNSCHEDULABLE_TEMPLATE",
     "ADMISSION_GATE", "ASSIGNED_NODE", "BLOCKING_EFFECTS", "DEFAULT_NOT_READY_GRACE", "GANG_GATE",
     "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "NATIVE_RESOURCES", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",

@@ -68,6 +68,8 @@ class Pod:
         worker: ``kubeforge.io/worker-index`` (0, the leader, when absent).
         ip: ``status.podIP``, or None.
         container_restarts: Sum of its containers' ``restartCount``.
+        claims: Names of its ``spec.resourceClaims`` entries (Dynamic Resource Allocation): the
+            devices they hold are counted from the ResourceClaims themselves.
     """
 
     namespace: str
@@ -98,6 +100,7 @@ class Pod:
     worker: int = 0
     ip: str | None = None
     container_restarts: int = 0
+    claims: tuple[str, ...] = ()
 
     @property
     def gated(self) -> bool:
@@ -131,7 +134,7 @@ def _own(container: Mapping[str, Any], extended_only: bool = True) -> dict[str, 
     # Requests default to limits when left out (API defaulting; always so for extended resources).
     merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
     return {k: quantity_value(k, v) for k, v in merged.items()
-            if "/" in k or (not extended_only and k in NATIVE_RESOURCES)}
+            if "/" in k or k.startswith("dra:") or (not extended_only and k in NATIVE_RESOURCES)}
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -307,4 +310,5 @@ def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
         worker=_int(labels.get(WORKER_INDEX)),
         ip=st.get("podIP") or None,
         container_restarts=sum(_int(cs.get("restartCount")) for cs in st.get("containerStatuses") or []),
+        claims=tuple(str(c.get("name") or "") for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping)),
     )

@@ -47,6 +47,8 @@ def _candidates(
         cached = node.path
         path = cached[1] if cached is not None and cached[0] == key else domain_path(node, levels)
         slots = free // g
+        if request.whole_nodes and (node.gpus_allocated > 0 or free < node.gpus_allocatable):
+            slots = 0  # a node shared with other work cannot join the gang's IMEX domain
         if request.one_per_node and slots > 1:
             slots = 1  # the template's own hostname anti-affinity: one rank per node
         cands.append(_Cand(node, free, slots, path))
@@ -379,6 +381,10 @@ def _place_gang(
             permanent=True,
         )
     cands = _candidates(request, nodes, levels, reserved)
+    if request.whole_nodes and request.mode != "None":
+        from ._whole import place_whole_nodes  # noqa: PLC0415 (the one caller; avoids an import cycle)
+
+        return place_whole_nodes(request, nodes, cands, levels)
 
     if request.mode == "None":
         choice = _greedy(cands, request.replicas, g)

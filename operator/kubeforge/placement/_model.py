@@ -234,6 +234,12 @@ class GangRequest:
             selects the gang's own pods: at most one replica per node.
         spread_keys: Other topology keys of such anti-affinity terms: no two replicas on
             nodes that share a value of one of them (checked on the chosen nodes).
+        whole_nodes: Every node used must be wholly free (nothing else holds GPUs there, before
+            or after): a multi-node NVLink gang's nodes join its IMEX domain, and a node joins
+            one IMEX domain only. See :func:`~kubeforge.placement.place_gang`.
+        spare_nodes: With ``whole_nodes``: free nodes to leave in the chosen domain when some
+            domain allows it (NVL72: 2 of 18 trays, so a failed tray is replaced inside the
+            clique).
 
     Raises:
         ValueError: On a non-positive count, an unknown mode, or ``Required`` without a
@@ -250,9 +256,12 @@ class GangRequest:
     needs: Mapping[str, int] = field(default_factory=dict, hash=False)
     one_per_node: bool = False
     spread_keys: tuple[str, ...] = ()
+    whole_nodes: bool = False
+    spare_nodes: int = 0
 
     def __post_init__(self) -> None:
         _check_count("GangRequest", "replicas", self.replicas, 1)
+        _check_count("GangRequest", "spare_nodes", self.spare_nodes)
         _check_count("GangRequest", "gpus_per_replica", self.gpus_per_replica, 1)
         if self.mode not in MODES:
             allowed = ", ".join(MODES)

@@ -27,7 +27,7 @@ from kubeforge.admission import (
 )
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import (
-    DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record, TrainingJobRecord,
+    ClaimView, ComputeDomainView, inventory, DeploymentState, InferenceServiceRecord, Key, Node, PlacementRecord, Pod, PoolRecord, Record, TrainingJobRecord,
     placement_of,
 )
 
@@ -90,19 +90,23 @@ class Cache:
     def _one(self, index: str, key: Hashable) -> Any | None:
         if self.indexes is None:
             return None
-        store = self.indexes[index].get(key)
+        idx = self.indexes.get(index)
+        store = idx.get(key) if idx is not None else None
         return next(iter(store), None) if store else None
 
     def _many(self, index: str, key: Hashable) -> list[Any]:
         if self.indexes is None:
             return []
-        store = self.indexes[index].get(key)
+        idx = self.indexes.get(index)
+        store = idx.get(key) if idx is not None else None
         return list(store) if store else []
 
     def _all(self, index: str) -> Iterator[tuple[Hashable, Any]]:
         if self.indexes is None:
             return
-        idx = self.indexes[index]
+        idx = self.indexes.get(index)
+        if idx is None:
+            return
         for key in list(idx.keys()):
             for value in list(idx.get(key) or ()):
                 yield key, value
@@ -172,6 +176,19 @@ class Cache:
             return None
         snap = self.snapshot()
         return pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node)
+
+    def resource_claim(self, key: Key) -> ClaimView | None:
+        """An allocated ResourceClaim."""
+        return self._one("kf_resource_claims", key)
+
+    def compute_domain(self, key: Key) -> ComputeDomainView | None:
+        """A ComputeDomain kubeforge made."""
+        return self._one("kf_compute_domains", key)
+
+    def job_compute_domains(self, key: Key) -> list[ComputeDomainView]:
+        """The ComputeDomains kubeforge made for the job ``key`` (a scan of that index only: it
+        holds one or two domains per multi-node NVLink gang)."""
+        return [cd for (ns, _), cd in self._all("kf_compute_domains") if ns == key[0] and cd.job == key[1]]  # type: ignore[misc]
 
     def pools(self) -> dict[str, PoolRecord]:
         return {k: v for k, v in self._all("kf_pools")}  # type: ignore[misc]
@@ -310,4 +327,6 @@ class Cache:
             claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
             terminating=self.terminating_namespaces(),
             assumed_groups={k: g for k, (g, _) in self.assumed_groups.items()},
+            devices=inventory(v for _, v in self._all("kf_slices")),
+            resource_claims=[v for _, v in self._all("kf_resource_claims")],
         )

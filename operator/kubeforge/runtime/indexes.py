@@ -22,7 +22,9 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec, GPUPoolSpec
 from kubeforge.api._base import MAX_LABEL_LENGTH, name_error
 from kubeforge.api._trainingjob import MAX_JOB_NAME_LENGTH
 from kubeforge.objects import (
-    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
+    ADMISSION_GATE, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s,
+    compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
+    slice_from_k8s,
 )
 
 def _frees_gpus(pod: Pod) -> bool:
@@ -62,7 +64,7 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     rt = memo.rt
     pod = pod_from_k8s(body)
     out: dict = {}
-    if pod.requests and pod.where is not None:
+    if (pod.requests or pod.claims) and pod.where is not None:
         if not pod.terminal:
             out[("node", pod.where)] = pod
         if pod.job is None and pod.service is None and _frees_gpus(pod):
@@ -159,6 +161,39 @@ async def kf_namespaces(name: str, body: Any, memo: Any, **_: Any) -> dict:
             if rec.namespace == name:
                 rt.queue_job(rec.key)
     return {name: True}
+
+
+@kopf.index("resource.k8s.io", "v1", "resourceslices")
+async def kf_slices(name: str, body: Any, memo: Any, **_: Any) -> dict:
+    """ResourceSlice name -> :class:`~kubeforge.objects.SliceView` (the GPUs DRA drivers publish per
+    node: a DRA pool's capacity). Absent on clusters without ``resource.k8s.io/v1`` (kopf then
+    serves the rest)."""
+    view = slice_from_k8s(body)
+    memo.rt.wake_admission()
+    return {name: view}
+
+
+@kopf.index("resource.k8s.io", "v1", "resourceclaims")
+async def kf_resource_claims(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:
+    """(namespace, name) -> :class:`~kubeforge.objects.ClaimView` of every allocated ResourceClaim
+    (its devices are held); an unallocated claim drops out."""
+    view = claim_from_k8s(body)
+    rt = memo.rt
+    old = rt.cache.resource_claim((namespace, name))
+    if old != view:
+        rt.wake_admission()
+    return {(namespace, name): view} if view.allocated else {}
+
+
+@kopf.index(COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, "computedomains", labels={JOB_NAME: kopf.PRESENT})
+async def kf_compute_domains(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:
+    """(namespace, name) -> :class:`~kubeforge.objects.ComputeDomainView` of the ComputeDomains
+    kubeforge made (NVIDIA's DRA driver's CRD; absent where it is not installed). Each event
+    queues its job (its IMEX daemons' readiness, its deletion)."""
+    view = compute_domain_from_k8s(body)
+    if view.job:
+        memo.rt.queue_job((namespace, view.job))
+    return {(namespace, name): view}
 
 
 @kopf.on.event("namespaces", when=lambda memo, **_: not memo.rt.ready.is_set())

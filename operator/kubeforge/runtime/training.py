@@ -27,6 +27,7 @@ from kubeforge.lifecycle._volume import OUR_GATES
 from kubeforge.objects import VOLUME_GATE, Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
 
 from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
 from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.training")
@@ -94,6 +95,8 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
         pool_prices=prices, create_error=rt.cache.create_errors.get(key),
         spec_hash=spec_hash(job) if job.spec is not None else "",
         preempted_by=(rt.cache.preempt_requests[key][:2] if key in rt.cache.preempt_requests else None),
+        domain_cliques=domain_cliques(rt, view, placement or assumed, job),
+        compute_domains=tuple(rt.cache.job_compute_domains(key)),
     )
 
 
@@ -113,10 +116,16 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         # The job is gone (or going): its pods go now, not whenever the garbage collector gets
         # to them: until then they hold their GPUs, and a pod whose create was in flight when
         # the job was deleted would hold them for as long as the collector is behind.
-        live = [p.name for p in rt.cache.job_pods(key) if not p.deleting]
+        pods = rt.cache.job_pods(key)
+        live = [p.name for p in pods if not p.deleting]
         if live:
             log.info("trainingjob %s/%s deleted: deleting its %d pods", key[0], key[1], len(live))
             await gather_bounded([rt.client.delete("Pod", key[0], n) for n in live])
+        domains = [cd.name for cd in rt.cache.job_compute_domains(key)]
+        if domains and any(not p.terminal for p in pods):
+            return 2.0  # its ComputeDomains go once no pod may hold their channel any more
+        if domains:
+            await release_domains(rt, key, domains)
         rt.cache.forget(key)
         rt.jobs.forget(key)
         rt.wake_admission()
@@ -192,6 +201,8 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     key = job.key
     ns = key[0]
     cache = rt.cache
+    if plan.release_compute_domains:
+        await release_domains(rt, key, plan.release_compute_domains)
     gone = cache.expected(cache.deleted, key)
     doomed = [n for n in plan.delete_pods if n not in gone]
     if doomed:
@@ -227,6 +238,10 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     claim = pvc_name(job.name)
     if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.expected(cache.created, key):
         first.append(("PersistentVolumeClaim", claim, build_pvc(job)))
+    view = cache.view(placement.pool)
+    for kind, name, body in before_pods(view, job, plan.compute_domain) if plan.create_ranks or plan.compute_domain else ():
+        if name not in cache.expected(cache.created, key):
+            first.append((kind, name, body))
     if first:
         cache.expect(cache.created, key, [name for kind, name, _ in first if kind != "Service"])
         results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
@@ -247,12 +262,13 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
     if not ranks:
         return
-    view = cache.view(placement.pool)
     last = status.get("lastCheckpoint")
+    gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement, job))
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else "nvidia.com/gpu",
                              tolerations=view.tolerations if view else (), last_checkpoint=last,
+                             gpu_claim_template=gpu_template, channel_claim_template=channel_template,
                              scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
             for r in ranks]
     cache.expect(cache.created, key, [p["metadata"]["name"] for p in pods])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from kubeforge.sim.fleet import Fleet, node_manifests
+from kubeforge.sim.fleet import DRA_NODE_LABEL, Fleet, node_manifests
 from kubeforge.sim.tools import ensure_tools
 
 DEFAULT_NAME = "kubeforge"
@@ -158,8 +158,13 @@ class Cluster:
         self._wait_ready()
         self._storage(log)
         if fleet is not None:
-            self.apply_nodes(node_manifests(fleet))
+            nodes = node_manifests(fleet)
+            self.apply_nodes(nodes)
             log(f"fleet {fleet.name}: {fleet.node_count} nodes")
+            if any((n["metadata"]["labels"] or {}).get(DRA_NODE_LABEL) for n in nodes):
+                from kubeforge.sim import dra
+
+                dra.install(self, nodes, log=log)
 
     def _wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -227,13 +232,14 @@ class Cluster:
 
     def down(self, log=print) -> None:
         """Stop the provisioner and delete the cluster (all its state); idempotent."""
-        pidfile = self.dir / "provisioner.pid"
-        if pidfile.exists():
-            try:
-                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
-            pidfile.unlink()
+        for pid in ("provisioner.pid", "imex.pid"):
+            pidfile = self.dir / pid
+            if pidfile.exists():
+                try:
+                    os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+                except (OSError, ValueError):
+                    pass
+                pidfile.unlink()
         if self.exists():
             proc = self._kwokctl("delete", "cluster")
             if proc.returncode != 0:

@@ -17,6 +17,17 @@ GPU Feature Discovery labels, cloud topology labels and a capacity type::
           nvidia.com/gpu.clique: cluster-a.0
           cloud.google.com/gce-topology-block: ib0
 
+A group's GPUs may be DRA devices instead (``gpu: {allocation: DRA}``): the node then has no
+``nvidia.com/gpu`` capacity and the sim publishes a ResourceSlice of its GPUs under the simulated
+driver (:mod:`kubeforge.sim.dra`). ``nodesPerClique: 18`` makes NVL72 racks: node i of the group
+gets ``nvidia.com/gpu.clique: <fleet>.<group>-<i // 18>`` (an 8-rack NVL72 fleet is
+``e2e/fleets/nvl72-8.yaml``)::
+
+      - name: rack
+        count: 144
+        nodesPerClique: 18
+        gpu: {product: NVIDIA-GB200, count: 4, memoryMiB: 189471, allocation: DRA}
+
 Node names are ``<fleet-prefix><group name>-<index>`` where the prefix is ``nodePrefix``
 (default empty). Everything here is pure: :func:`load_fleet` parses and validates,
 :func:`node_manifests` turns a fleet into Node dicts ready for the API server.
@@ -43,6 +54,9 @@ class GPUSpec(BaseModel):
     count: int = Field(8, ge=0, le=64, description="GPUs per node: nvidia.com/gpu capacity.")
     memory_mib: int = Field(81559, alias="memoryMiB", ge=0, description="nvidia.com/gpu.memory label, MiB.")
     resource_name: str = Field("nvidia.com/gpu", alias="resourceName", description="Device-plugin resource name.")
+    allocation: Literal["DevicePlugin", "DRA"] = Field(
+        "DevicePlugin", description="DevicePlugin: node capacity of resourceName; DRA: a ResourceSlice of the "
+        "simulated DRA driver lists the GPUs (kubeforge.sim.dra).")
 
 
 class NodeGroup(BaseModel):
@@ -58,6 +72,12 @@ class NodeGroup(BaseModel):
     pods: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[dict[str, Any]] = Field(default_factory=list)
+    nodes_per_clique: int | None = Field(None, alias="nodesPerClique", ge=1, le=1000,
+                                         description="NVLink clique size: node i gets clique <fleet>.<group>-<i // size>.")
+
+
+DRA_NODE_LABEL = "kubeforge.io/sim-dra"
+"""Label of a sim node whose GPUs are published as DRA devices."""
 
 
 class Fleet(BaseModel):
@@ -86,6 +106,7 @@ class Fleet(BaseModel):
                     "pods": g.pods or d.pods,
                     "labels": {**d.labels, **g.labels},
                     "taints": g.taints or d.taints,
+                    "nodes_per_clique": g.nodes_per_clique or d.nodes_per_clique,
                 }
             )
             out.append(merged)
@@ -136,12 +157,17 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 CAPACITY_TYPE_LABEL: g.capacity_type or "on-demand",
                 **g.labels,
             }
+            if g.nodes_per_clique:
+                labels["nvidia.com/gpu.clique"] = f"{fleet.name}.{g.name}-{i // g.nodes_per_clique}"
             resources = {
                 "cpu": g.cpu or "192",
                 "memory": g.memory or "2Ti",
                 "pods": str(g.pods or 110),
-                gpu.resource_name: str(gpu.count),
             }
+            if gpu.allocation == "DRA":
+                labels[DRA_NODE_LABEL] = "true"
+            else:
+                resources[gpu.resource_name] = str(gpu.count)
             nodes.append(
                 {
                     "apiVersion": "v1",
