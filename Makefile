@@ -43,8 +43,10 @@ test: setup tools system-deps
 test-peers: setup tools peers
 	$(BIN)/pytest -m peers $(PYTEST_ARGS)
 
+# The pure tests, on every CPU (pytest-xdist): no control plane, no image build, no Prometheus.
 unit: setup
-	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/python -c "import xdist" 2>/dev/null || $(BIN)/pip install -q -e '.[test,demo]'
+	$(BIN)/pytest -m "not cluster and not system" -n auto $(PYTEST_ARGS)
 
 down: setup
 	$(BIN)/kubeforge sim down

@@ -305,6 +305,7 @@ def test_read_signals_failures_are_per_signal_errors(prom, refused_url):
     assert s2.queue is None and s2.error("queue") == "empty result" and s2.waiting == 3.0
 
 
+@pytest.mark.system
 def test_queries_against_a_real_prometheus_and_the_simulator():
     """The PromQL itself (label_replace/or, rates, histogram_quantile, the activator's series)
     answered by Debian's Prometheus scraping the model-server simulator and an activator stand-in."""

@@ -32,7 +32,7 @@ CHART = ROOT / "charts" / "kubeforge"
 # a rebuild after a change to operator/ reuses the cached base and takes seconds.
 BUILD_TIMEOUT = 1800
 # The first test that needs the image may build it cold.
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 # What the image's /dev, /etc/hosts, /etc/resolv.conf and /etc/hostname would be given by a runtime.
 RUNTIME_FILES = ("/etc/hosts", "/etc/resolv.conf", "/etc/hostname")
 
