@@ -8,19 +8,18 @@ import pytest
 
 from kubeforge.placement import (
     WELL_KNOWN_LEVELS,
-    AdmissionDecision,
     GangRequest,
     NodeInfo,
     NoFit,
     PendingGang,
     Placement,
     TopologyLevel,
-    admit,
     capacity_type,
     detect_levels,
     node_affinity,
     node_info_from_k8s,
     place_gang,
+    queue_order,
     summarize_pool,
 )
 
@@ -493,47 +492,11 @@ def pending(key, replicas, gpus=8, priority=0, created=0.0, mode="Required", lev
     return PendingGang(key, gang(replicas, gpus, mode, level), priority, created)
 
 
-def decided(decisions: list[AdmissionDecision]):
-    return [(d.key, d.result.domain if d.admitted else None) for d in decisions]
-
-
-def test_admit_order_and_no_double_booking():
+def test_queue_order_priority_then_age_then_key():
     queue = [
         pending("late", 4, created=5),
         pending("early", 4, created=1),
         pending("vip", 4, priority=10, created=9),
         pending("b-tie", 4, created=1),
     ]
-    d = admit(queue, fleet(blocks=1), LEVELS)
-    assert decided(d) == [("vip", "b0-c0"), ("b-tie", "b0-c1"), ("early", None), ("late", None)]
-    assert not d[2].result.permanent and d[2].result.gpus_short == 32
-
-
-def test_admit_respects_reserved():
-    d = admit([pending("a", 4)], fleet(blocks=1), LEVELS, reserved={"b0-c0-n0": 8})
-    assert decided(d) == [("a", "b0-c1")]
-
-
-def test_admit_best_effort_fifo_lets_small_gangs_pass_a_big_one():
-    queue = [pending("big", 4, level="block", created=0), pending("small", 2, created=1)]
-    nodes = use(fleet(blocks=1), b0_c0_n0=8, b0_c0_n1=8, b0_c1_n0=8, b0_c1_n1=8, b0_c1_n2=8)
-    d = admit(queue, nodes, LEVELS)
-    assert [x.admitted for x in d] == [False, True]
-
-
-def test_admit_strict_fifo_blocks_behind_a_waiting_gang_but_not_a_permanent_one():
-    nodes = use(fleet(blocks=1), b0_c0_n0=8, b0_c0_n1=8, b0_c1_n0=8, b0_c1_n1=8, b0_c1_n2=8)
-    queue = [
-        pending("never", 1, gpus=64, priority=5),
-        pending("big", 4, level="block", created=0),
-        pending("small", 2, created=1),
-    ]
-    d = admit(queue, nodes, LEVELS, strategy="StrictFIFO")
-    assert [x.key for x in d] == ["never", "big", "small"]
-    assert d[0].result.permanent and not d[1].admitted
-    assert d[2].result.reason == "waiting behind big (StrictFIFO)"
-
-
-def test_admit_rejects_duplicate_keys():
-    with pytest.raises(ValueError):
-        admit([pending("a", 1), pending("a", 2)], fleet(), LEVELS)
+    assert [p.key for p in queue_order(queue)] == ["vip", "b-tie", "early", "late"]

@@ -14,7 +14,6 @@ from kubeforge.placement import (
     PendingGang,
     Placement,
     TopologyLevel,
-    admit,
     place_gang,
 )
 
@@ -167,31 +166,4 @@ def test_place_gang_properties(scenario):
                 ]
                 relaxed = GangRequest(req.replicas, req.gpus_per_replica, req.mode, req.level)
                 assert isinstance(place_gang(relaxed, healthy, LEVELS), NoFit)
-
-
-@SETTINGS
-@given(scenarios)
-def test_admit_never_double_books_and_strict_fifo_agrees_until_a_wait(scenario):
-    nodes, reserved, queue = scenario
-    decisions = admit(queue, nodes, LEVELS, reserved)
-    assert sorted(d.key for d in decisions) == sorted(p.key for p in queue)
-    assert admit(list(reversed(queue)), nodes, LEVELS, reserved) == decisions
-    requests_by_key = {p.key: p.request for p in queue}
-    given_out = Counter()
-    for d in decisions:
-        if d.admitted:
-            check_placement(d.result, requests_by_key[d.key], nodes, {})
-            for name, gpus in d.result.gpus_by_node.items():
-                given_out[name] += gpus
-    for n in nodes:
-        assert given_out[n.name] <= max(0, n.gpus_free - reserved.get(n.name, 0))
-        if not n.usable:
-            assert given_out[n.name] == 0
-    # StrictFIFO decides like BestEffortFIFO up to the first gang that has to wait.
-    strict = admit(queue, nodes, LEVELS, reserved, strategy="StrictFIFO")
-    assert [d.key for d in strict] == [d.key for d in decisions]
-    for s, b in zip(strict, decisions):
-        assert s == b
-        if not b.admitted and not b.result.permanent:
-            break
 

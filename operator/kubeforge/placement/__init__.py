@@ -8,18 +8,17 @@ Typical use by a handler::
     nodes = [node_info_from_k8s(n, pool.gpu_resource, allocated[n_name]) for n in raw]
     levels = pool_levels or detect_levels(nodes)
     status = summarize_pool(nodes, levels)
-    for decision in admit(pending, nodes, levels, reserved):
-        ...  # Placement -> pods with node_affinity(placement, rank, levels)
+    result = place_gang(request, nodes, levels, taken)  # a Placement or a NoFit
+    ...  # Placement -> pods with node_affinity(placement, rank, levels)
 """
 
-from ._admission import QueueingStrategy, admit, queue_order
+from ._admission import queue_order
 from ._affinity import node_affinity
 from ._fit import place_gang
 from ._misfit import HOSTNAME_LABEL, format_quantity, node_misfit
 from ._model import (
     MODES,
     NodeFilter,
-    AdmissionDecision,
     GangRequest,
     Mode,
     NodeInfo,
@@ -56,7 +55,6 @@ __all__ = [
     "MODES",
     "SPOT_LABELS",
     "WELL_KNOWN_LEVELS",
-    "AdmissionDecision",
     "CapacityType",
     "DomainSummary",
     "GangRequest",
@@ -68,10 +66,8 @@ __all__ = [
     "PendingGang",
     "Placement",
     "PoolSummary",
-    "QueueingStrategy",
     "Result",
     "TopologyLevel",
-    "admit",
     "capacity_type",
     "detect_levels",
     "node_affinity",

@@ -33,7 +33,7 @@ def node_affinity(
     ANDed, so the pin must go into every term to hold whichever term matches).
 
     Args:
-        placement: A :class:`Placement` from :func:`place_gang` or :func:`admit`.
+        placement: A :class:`Placement` from :func:`place_gang`.
         rank: The replica's rank, ``0 <= rank < len(placement.nodes)``.
         levels: The pool's levels, to find the placement level's node label.
         base: The pod template's ``affinity.nodeAffinity``, or None.

@@ -352,19 +352,3 @@ class PendingGang:
     created: float = 0.0
 
 
-@dataclass(frozen=True)
-class AdmissionDecision:
-    """The outcome of admission for one gang.
-
-    Attributes:
-        key: The gang's key.
-        result: Its :class:`Placement`, or the :class:`NoFit` saying why it waits.
-    """
-
-    key: str
-    result: Result
-
-    @property
-    def admitted(self) -> bool:
-        """Whether the gang got a placement."""
-        return isinstance(self.result, Placement)
