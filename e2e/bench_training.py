@@ -77,6 +77,8 @@ if SRC != ROOT:
 
 import yaml  # noqa: E402
 
+from _bench_serving_observe import watch_events  # noqa: E402
+
 from kubeforge.demo import start_operator, stop_operator  # noqa: E402
 
 import bench_claims  # noqa: E402  (this directory: the start breakdown, claim figures, spot restarts)
@@ -271,7 +273,8 @@ class Phase:
 
 def watch_raw(list_call: Callable, on_obj: Callable[[dict, float], None], stop: threading.Event,
               restarts: dict[str, int], what: str) -> None:
-    """List, then watch, with raw JSON (no model deserialization) until ``stop`` is set.
+    """List, then watch, with raw JSON (no model deserialization) until ``stop`` is set:
+    :func:`_bench_serving_observe.watch_events` for objects listed, added or modified.
 
     Args:
         list_call: a kubernetes-client list method bound to its namespace/resource, called with
@@ -281,42 +284,11 @@ def watch_raw(list_call: Callable, on_obj: Callable[[dict, float], None], stop: 
         restarts: ``restarts[what]`` counts re-lists after errors.
         what: a short name for messages.
     """
-    rv = None
-    while not stop.is_set():
-        try:
-            if rv is None:
-                resp = list_call(_preload_content=False, _request_timeout=120)
-                data = json.loads(resp.data)
-                now = time.monotonic()
-                for p in data.get("items") or []:
-                    on_obj(p, now)
-                rv = data["metadata"]["resourceVersion"]
-            resp = list_call(watch=True, resource_version=rv, timeout_seconds=5, allow_watch_bookmarks=True,
-                             _preload_content=False, _request_timeout=(10, 30))
-            buf = b""
-            for chunk in resp.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    ev = json.loads(line)
-                    obj = ev.get("object") or {}
-                    if ev.get("type") == "ERROR":
-                        rv = None  # 410 Gone or similar: list again
-                        break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                    if ev.get("type") in ("ADDED", "MODIFIED"):
-                        on_obj(obj, time.monotonic())
-                if rv is None or stop.is_set():
-                    break
-            resp.release_conn()
-        except Exception as e:  # noqa: BLE001 - keep watching; counted and reported
-            restarts[what] = restarts.get(what, 0) + 1
-            rv = None
-            if restarts[what] < 5:
-                say(f"{what} watch restarted ({type(e).__name__}: {str(e)[:120]})")
-            time.sleep(0.5)
+    def on_event(kind: str, obj: dict, now: float) -> None:
+        if kind != "DELETED":
+            on_obj(obj, now)
+
+    watch_events(list_call, on_event, stop, restarts, what, say)
 
 
 # --- processes: CPU, RSS, pids ------------------------------------------------------------------
