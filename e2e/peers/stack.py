@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from kubeforge.sim._process import stop_pidfile
+
 from ._build import BUILD_HINT, PeersError, peers_bin
 from ._certs import kueue_metrics_cert, loopback_cert
 from ._kwok import keep_annotated_job_pods_running
@@ -85,18 +87,7 @@ def _apply(c, objs: list[dict], timeout: float = 120) -> None:
 def stop_peer(c, peer: str, sig: int = signal.SIGTERM) -> None:
     """Stop one manager started here, if running (``sig``, then SIGKILL after 5 s), and delete
     its webhook configurations so that nothing calls a webhook that is gone."""
-    pidfile = _state(c) / f"{peer}.pid"
-    if pidfile.exists():
-        try:
-            pid = int(pidfile.read_text())
-            os.killpg(pid, sig)
-            for _ in range(50):
-                os.kill(pid, 0)
-                time.sleep(0.1)
-            os.killpg(pid, signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-        pidfile.unlink(missing_ok=True)
+    stop_pidfile(_state(c) / f"{peer}.pid", sig)
     if c.running():
         c.kubectl("delete", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-l",
                   f"kubeforge.io/peer={peer}", "--ignore-not-found", check=False)

@@ -24,10 +24,8 @@ simulator and the activator stop with the demo (the services then hold their rep
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -38,6 +36,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from kubeforge.sim._process import start_detached, stop_pidfile
 from kubeforge.sim.cluster import Cluster
 from kubeforge.sim.fleet import load_fleet
 from kubeforge.sim.tools import REPO_ROOT
@@ -90,35 +89,22 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
     stop_operator(c, name)
     health, metrics_port = free_port(), free_port()
     (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port}))
-    log = open(c.dir / f"{name}.log", "ab")
     env = {**c.env(), **(extra_env or {})}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
+    pid = start_detached(
+        c.dir / f"{name}.pid", c.dir / f"{name}.log",
+        ["kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
          "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
          # the sim's Prometheus listens on a free loopback port (the API server's own is refused)
          "--prometheus-url-allow", LOCAL_PROMETHEUS, "--activator-service", "/".join(LOCAL_ACTIVATOR), *args],
-        stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-    )
-    (c.dir / f"{name}.pid").write_text(str(proc.pid))
-    return proc.pid
+        env=env)
+    assert pid is not None  # stop_operator removed the pid file
+    return pid
 
 
 def stop_operator(c: Cluster, name: str = "operator", sig: int = signal.SIGTERM) -> None:
     """Stop an operator started by :func:`start_operator`, if any: ``sig`` (SIGTERM, or
-    SIGKILL to kill it at once), then SIGKILL after a bounded wait."""
-    pidfile = c.dir / f"{name}.pid"
-    if not pidfile.exists():
-        return
-    try:
-        pid = int(pidfile.read_text())
-        os.killpg(pid, sig)
-        for _ in range(50):
-            os.kill(pid, 0)
-            time.sleep(0.1)
-        os.killpg(pid, signal.SIGKILL)
-    except (OSError, ValueError):
-        pass
-    pidfile.unlink(missing_ok=True)
+    SIGKILL to kill it at once), then SIGKILL after a bounded wait (5 s)."""
+    stop_pidfile(c.dir / f"{name}.pid", sig)
 
 
 

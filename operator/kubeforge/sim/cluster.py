@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from kubeforge.sim._process import start_detached, stop_pidfile
 from kubeforge.sim.fleet import DRA_NODE_LABEL, Fleet, node_manifests
 from kubeforge.sim.tools import ensure_tools
 
@@ -190,21 +189,11 @@ class Cluster:
             "volumeBindingMode": "Immediate",
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(sc))
-        pidfile = self.dir / "provisioner.pid"
-        if pidfile.exists():
-            try:
-                os.kill(int(pidfile.read_text()), 0)
-                return
-            except (OSError, ValueError):
-                pass
-        logf = open(self.dir / "provisioner.log", "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kubeforge.sim.provisioner", "--kubeconfig", self.kubeconfig,
-             "--storage-class", STORAGE_CLASS, "--root", str(self.dir / "volumes")],
-            stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        pidfile.write_text(str(proc.pid))
-        log(f"sim provisioner started (pid {proc.pid})")
+        pid = start_detached(self.dir / "provisioner.pid", self.dir / "provisioner.log",
+                             ["kubeforge.sim.provisioner", "--kubeconfig", self.kubeconfig,
+                              "--storage-class", STORAGE_CLASS, "--root", str(self.dir / "volumes")])
+        if pid is not None:
+            log(f"sim provisioner started (pid {pid})")
 
     def apply_nodes(self, nodes: list[dict]) -> None:
         """Create or update Node objects (labels, taints and GPU capacity included).
@@ -233,13 +222,7 @@ class Cluster:
     def down(self, log=print) -> None:
         """Stop the provisioner and delete the cluster (all its state); idempotent."""
         for pid in ("provisioner.pid", "imex.pid"):
-            pidfile = self.dir / pid
-            if pidfile.exists():
-                try:
-                    os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-                except (OSError, ValueError):
-                    pass
-                pidfile.unlink()
+            stop_pidfile(self.dir / pid, grace=0)
         if self.exists():
             proc = self._kwokctl("delete", "cluster")
             if proc.returncode != 0:

@@ -15,14 +15,12 @@ IMEX channels by :data:`CHANNEL_DRIVER` with DeviceClass :data:`CHANNEL_CLASS`. 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
+from kubeforge.sim._process import start_detached, stop_pidfile
 from kubeforge.sim.fleet import DRA_NODE_LABEL
 
 GPU_DRIVER = "gpu.sim.kubeforge.io"
@@ -84,33 +82,16 @@ def install(cluster: Any, nodes: Sequence[Mapping[str, Any]], log=print, ready_d
     docs = device_classes() + slice_manifests(nodes)
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kubeforge-sim", "-f", "-",
                     input="\n---\n".join(yaml.safe_dump(d) for d in docs), timeout=300)
-    pidfile = cluster.dir / "imex.pid"
-    if pidfile.exists():
-        try:
-            os.kill(int(pidfile.read_text()), 0)
-            return
-        except (OSError, ValueError):
-            pass
-    logf = open(cluster.dir / "imex.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubeforge.sim.imex", "--kubeconfig", cluster.kubeconfig,
-         "--channel-class", CHANNEL_CLASS, "--ready-delay", str(ready_delay)],
-        stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
-    pidfile.write_text(str(proc.pid))
-    log(f"sim IMEX daemons started (pid {proc.pid})")
+    pid = start_detached(cluster.dir / "imex.pid", cluster.dir / "imex.log",
+                         ["kubeforge.sim.imex", "--kubeconfig", cluster.kubeconfig,
+                          "--channel-class", CHANNEL_CLASS, "--ready-delay", str(ready_delay)])
+    if pid is not None:
+        log(f"sim IMEX daemons started (pid {pid})")
 
 
 def stop(cluster: Any) -> None:
     """Stop the IMEX stand-in of ``cluster`` (if running)."""
-    import signal
-
-    pidfile = cluster.dir / "imex.pid"
-    if pidfile.exists():
-        try:
-            os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
-        pidfile.unlink()
+    stop_pidfile(cluster.dir / "imex.pid", grace=0)
 
 
 def published(slices_json: str) -> dict[str, int]:
