@@ -49,7 +49,6 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,16 +60,11 @@ from kubeforge.api import GPUPoolSpec, TrainingJobSpec  # noqa: E402
 from kubeforge.objects import CLIQUE_LABEL, Node, dra_key, record_from_k8s  # noqa: E402
 from kubeforge.placement import Placement  # noqa: E402
 
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-openb-pods-2023.csv"
+from bench_preemption import PRIORITY, T0, TRACE, iso  # noqa: E402  (the same trace, priorities and clock)
+
 DRIVER = "gpu.nvidia.com"
 KEY = dra_key(DRIVER)
-PRIORITY = {"Guaranteed": 20, "LS": 10, "Burstable": 5, "BE": 0}
 RACK_PRIORITY = 1000
-T0 = 1_800_000_000.0
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
