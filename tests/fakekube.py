@@ -146,7 +146,7 @@ class FakeKube:
         """A fresh operator process (memory lost, as after a SIGKILL) on the same cluster."""
         rt = Runtime()
         rt.client = FakeClient(self)  # type: ignore[assignment]
-        rt.cache.indexes = self.stores
+        rt.cache.attach(self.stores)
         rt.jobs, rt.services, rt.events = FakeQueue(), FakeQueue(), FakeEvents()  # type: ignore[assignment]
         rt.ready.set()
         rt.leading.set()

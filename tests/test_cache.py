@@ -52,14 +52,16 @@ def test_overlay_wins_until_the_index_reaches_our_write():
     # The index caught up (or moved past): the index is the truth again.
     assert c.effective(KEY, rec(12, placement={"nodes": ["n1"]}, phase="Running")).status["phase"] == "Running"
     assert c.effective(KEY, rec(10, phase="Pending")).status == {"phase": "Pending"}  # entry dropped
-    assert KEY not in c.overlay
+
 
 
 def test_index_past_our_write_drops_the_overlay():
     c = Cache()
     c.remember(KEY, obj(12, phase="Pending"))
     seen = rec(13, phase="Running")
-    assert c.effective(KEY, seen) is seen and KEY not in c.overlay
+    assert c.effective(KEY, seen) is seen
+    older = rec(11, phase="Pending")
+    assert c.effective(KEY, older) is older  # the overlay is gone: the index is the truth
 
 
 def test_resource_versions_compare_as_integers():
@@ -118,7 +120,9 @@ def test_incomparable_versions_trust_our_write_for_a_while(clock, ours, seen):
     clock.t += EXPECTATION_TTL
     assert c.effective(KEY, index).status == {"phase": "Running"}
     clock.t += 1
-    assert c.effective(KEY, index) is index and KEY not in c.overlay
+    assert c.effective(KEY, index) is index
+    clock.t -= 2 * EXPECTATION_TTL
+    assert c.effective(KEY, index) is index  # dropped, not only expired
 
 
 def test_comparable_versions_never_time_out(clock):
@@ -136,14 +140,16 @@ PL = PlacementRecord("h100", ("n1", "n2"), "nvlink", "d1", "fit")
 
 def test_assumed_placement_lives_for_assume_ttl(clock):
     c = Cache()
-    c.waiting[KEY] = ("InsufficientGPUs", "short")
+    assert c.hand_waits({KEY: ("InsufficientGPUs", "short")}) == [KEY]
     c.assume(KEY, PL)
-    assert KEY not in c.waiting  # placed: no longer waiting
+    assert c.wait_of(KEY) is None  # placed: no longer waiting
     assert c.assumed_for(OTHER) is None
     clock.t += ASSUME_TTL
     assert c.assumed_for(KEY) == PL
     clock.t += 1
-    assert c.assumed_for(KEY) is None and KEY not in c.assumed
+    assert c.assumed_for(KEY) is None
+    clock.t -= ASSUME_TTL
+    assert c.assumed_for(KEY) is None  # dropped, not only expired
 
 
 def test_assuming_again_restarts_the_clock(clock):
@@ -162,11 +168,42 @@ def test_an_assumed_placement_never_expires_while_its_status_write_is_in_flight(
     c.assume(KEY, PL)
     clock.t += ASSUME_TTL - 0.1
     assert c.assumed_for(KEY) == PL
-    c.writing.add(KEY)
-    clock.t += 30
-    assert c.assumed_for(KEY) == PL
-    c.writing.discard(KEY)
+    with c.status_write(KEY):
+        clock.t += 30
+        assert c.assumed_for(KEY) == PL
     assert c.assumed_for(KEY) is None
+
+
+def test_a_write_with_no_answer_renews_the_assumption_and_confirm_or_forget_drop_it(clock):
+    c = Cache()
+    c.assume(KEY, PL)
+    clock.t += ASSUME_TTL - 1
+    c.renew_assumed(KEY)  # the write may be on record: hold the GPUs another ASSUME_TTL
+    clock.t += ASSUME_TTL - 1
+    assert c.assumed_for(KEY) == PL
+    c.renew_assumed(OTHER)  # nothing assumed: nothing made up
+    assert c.assumed_for(OTHER) is None
+    c.confirm(KEY)
+    assert c.assumed_for(KEY) is None
+    c.assume(KEY, PL)
+    c.forget_assumed(KEY)
+    assert c.assumed_for(KEY) is None
+
+
+def test_waits_are_handed_over_when_they_change_and_replaced_by_each_round():
+    c = Cache()
+    assert c.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "b")}) == [KEY, OTHER]
+    assert c.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "c")}) == [OTHER]
+    assert c.hand_waits({OTHER: ("Preempting", "c")}) == []
+    assert c.wait_of(KEY) is None and c.wait_of(OTHER) == ("Preempting", "c")
+
+
+def test_a_stop_request_is_held_until_it_is_on_record():
+    c = Cache()
+    c.request_stop(KEY, "PreemptedByHigherPriority", "by ns/big", 3600.0)
+    assert c.stop_request(KEY) == ("PreemptedByHigherPriority", "by ns/big") and c.stop_request(OTHER) is None
+    c.stop_done(KEY)
+    assert c.stop_request(KEY) is None
 
 
 def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_without_one(clock):
@@ -184,28 +221,39 @@ def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_witho
 
 def test_expectations_expire_name_by_name(clock):
     c = Cache()
-    assert c.expected(c.created, KEY) == set()
-    c.expect(c.created, KEY, ["llm-worker-0-0", "llm-worker-1-0"])
+    assert c.pending_creates(KEY) == set()
+    c.expect_created(KEY, ["llm-worker-0-0", "llm-worker-1-0"])
     clock.t += 30
-    c.expect(c.created, KEY, ["llm-checkpoint"])
-    assert c.expected(c.created, KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
-    assert c.expected(c.deleted, KEY) == set()  # one book per kind of change
-    assert c.expected(c.created, OTHER) == set()
+    c.expect_created(KEY, ["llm-checkpoint"])
+    assert c.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    assert c.pending_deletes(KEY) == set()  # one book per kind of change
+    assert c.pending_creates(OTHER) == set()
     clock.t += EXPECTATION_TTL - 30
-    assert c.expected(c.created, KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    assert c.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
     clock.t += 1
-    assert c.expected(c.created, KEY) == {"llm-checkpoint"}
+    assert c.pending_creates(KEY) == {"llm-checkpoint"}
     clock.t += 30
-    assert c.expected(c.created, KEY) == set()
+    assert c.pending_creates(KEY) == set()
+
+
+def test_an_observed_name_is_no_longer_expected():
+    c = Cache()
+    c.expect_created(KEY, ["a", "b"])
+    c.expect_deleted(KEY, ["a"])
+    c.created_observed(KEY, "a")
+    assert c.pending_creates(KEY) == {"b"} and c.pending_deletes(KEY) == {"a"}
+    c.deleted_observed(KEY, "a")
+    c.created_observed(OTHER, "a")  # never expected: harmless
+    assert c.pending_deletes(KEY) == set()
 
 
 def test_expecting_a_name_again_renews_it(clock):
     c = Cache()
-    c.expect(c.deleted, KEY, ["p"])
+    c.expect_deleted(KEY, ["p"])
     clock.t += EXPECTATION_TTL
-    c.expect(c.deleted, KEY, ["p"])
+    c.expect_deleted(KEY, ["p"])
     clock.t += EXPECTATION_TTL
-    assert c.expected(c.deleted, KEY) == {"p"}
+    assert c.pending_deletes(KEY) == {"p"}
 
 
 # --------------------------------------------------------------------------- forget
@@ -213,20 +261,26 @@ def test_expecting_a_name_again_renews_it(clock):
 
 def test_forget_drops_everything_about_one_object_only():
     c = Cache()
+    c.hand_waits({k: ("InsufficientGPUs", "short") for k in (KEY, OTHER)})
     for key in (KEY, OTHER):
         c.remember(key, obj(5, phase="Running"))
-        c.assume(key, PL)
-        c.expect(c.created, key, ["a"])
-        c.expect(c.deleted, key, ["b"])
-        c.create_errors[key] = CreateError(0, "Pod", "a", 422, "bad")
-        c.waiting[key] = ("InsufficientGPUs", "short")
-        c.last_wait_write[key] = 1.0
+        c.expect_created(key, ["a"])
+        c.expect_deleted(key, ["b"])
+        c.create_refused(key, CreateError(0, "Pod", "a", 422, "bad"))
+        c.wait_written(key, 1.0)
+        c.request_stop(key, "QuotaReclaimed", "m", 1.0)
+        c.service_memory(key, dict)
+    c.assume(KEY, PL)
     c.forget(KEY)
-    for book in (c.overlay, c.assumed, c.created, c.deleted, c.create_errors, c.waiting, c.last_wait_write):
-        assert KEY not in book and OTHER in book
-    seen = rec(1, phase="Pending")
-    assert c.effective(KEY, seen) is seen and c.assumed_for(KEY) is None
-    assert c.expected(c.created, KEY) == set() and c.expected(c.deleted, KEY) == set()
+
+    def held(key):
+        seen = Record(key[0], key[1], "u", 1, "1", 0.0, False, None, None, {"phase": "Pending"})
+        return (c.effective(key, seen) is not seen, c.assumed_for(key) is not None, bool(c.pending_creates(key)),
+                bool(c.pending_deletes(key)), c.create_error(key) is not None, c.wait_of(key) is not None,
+                c.last_wait_write(key) > 0, c.stop_request(key) is not None, c.known_service_memory(key) is not None)
+
+    assert held(KEY) == (False,) * 9
+    assert held(OTHER) == (True, False, True, True, True, True, True, True, True)
     c.forget(("ns", "never-seen"))  # harmless
 
 
@@ -241,7 +295,7 @@ def test_the_workers_service_is_taken_as_present_for_a_while_then_checked_again(
     # (409s), and one deleted by hand is created again by a gang after SERVICE_RECHECK.
     c = Cache()
     assert not c.workers_service_made("ns")
-    c.services_made["ns"] = clock.t
+    c.workers_service_sent("ns")
     clock.t += SERVICE_RECHECK - 1
     assert c.workers_service_made("ns") and not c.workers_service_made("other")
     clock.t += 2

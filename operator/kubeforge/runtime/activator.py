@@ -43,10 +43,9 @@ async def activator_loop(rt: Runtime) -> None:
     async def step() -> None:
         body = await rt.client.get("EndpointSlice", ns, None, labelSelector=f"kubernetes.io/service-name={name}")
         found = ready_addresses((body or {}).get("items") or [])
-        if found != rt.cache.activator:
+        if rt.cache.set_activator(found):
             log.info("activator %s/%s at %s (port %s)", ns, name, ", ".join(found[0]) or "no ready address", found[1])
-            rt.cache.activator = found
-            for key in list(rt.cache.serving):
+            for key in rt.cache.services_remembered():
                 rt.queue_service(key)
 
     await every(ACTIVATOR_POLL_SECONDS, step, "activator endpoints not read", log)

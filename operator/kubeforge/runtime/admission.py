@@ -68,40 +68,31 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
     release the serving replicas that got a node."""
     cache = rt.cache
     plan = plan_admission(cache.snapshot(), now, cache.admission_memo)
-    cache.views = plan.views
-    cache.ledgers = plan.ledgers
+    cache.round_done(plan.views, plan.ledgers)
     for a in plan.admit:
         pl = a.placement
         cache.assume(a.key, PlacementRecord(a.pool, pl.nodes, pl.level, pl.domain, pl.reason))
-        cache.nominations.pop(a.key, None)
         rt.queue_job(a.key)
         metrics.ADMISSIONS.labels(pool=a.pool, result="admitted").inc()
     for p in plan.preempt:
-        cache.nominations[p.key] = (p.pool, dict(p.gpus_by_node), time.monotonic())
+        cache.nominate(p.key, p.pool, p.gpus_by_node)
         by = cache.job(p.key)
         prio = by.spec.priority if by is not None and by.spec is not None else 0
         for v in p.victims:
-            cache.preempt_requests[v.key] = (v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
+            cache.request_stop(v.key, v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
             metrics.PREEMPTIONS.labels(reason=v.reason).inc()
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
             rt.queue_job(v.key)
-    live = {w.key for w in plan.wait if w.reason == "Preempting"}
-    for key in [k for k in cache.nominations if k not in live]:
-        cache.nominations.pop(key, None)  # admitted, or no longer waiting for its victims
-    waiting = {}
-    for w in plan.wait:
-        waiting[w.key] = (w.reason, w.message)
-        if cache.waiting.get(w.key) != waiting[w.key]:
-            rt.queue_job(w.key)
-    cache.waiting = waiting
+    # admitted, or no longer waiting for its victims: the GPUs are no longer promised to it
+    cache.keep_nominations(w.key for w in plan.wait if w.reason == "Preempting")
+    for key in cache.hand_waits({w.key: (w.reason, w.message) for w in plan.wait}):
+        rt.queue_job(key)
     for g in plan.groups:
         pl = g.placement
         cache.assume_group(g.key, AssumedGroup(g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason),
                                                g.gpus_per_pod))
         rt.queue_service(g.key)
         metrics.ADMISSIONS.labels(pool=g.pool, result="admitted").inc()
-    for key, why in plan.serving_waits.items():
-        if cache.serving_waits.get(key) != why:
-            rt.queue_service(key)
-    cache.serving_waits = dict(plan.serving_waits)
+    for key in cache.hand_serving_waits(plan.serving_waits):
+        rt.queue_service(key)
     return plan

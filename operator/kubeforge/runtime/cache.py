@@ -19,8 +19,9 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Hashable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping
 
 from kubeforge.admission import (
     AdmissionMemo, AssumedGroup, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view,
@@ -62,28 +63,53 @@ class _Overlay:
 
 @dataclass
 class Cache:
-    """Everything the loops share; one instance per operator process."""
+    """Everything the loops share; one instance per operator process.
+
+    Its state is private: the loops read and change it only through the methods below, which
+    keep its invariants in one place (Kueue's scheduler cache, ``pkg/cache/scheduler/cache.go``,
+    and controller-runtime's ``ControllerExpectations`` are the models):
+
+    - **assume → write → confirm or forget.** :meth:`assume` books an admitted gang's GPUs at
+      once; :meth:`status_write` brackets the write that puts it on record (an assumption never
+      expires while that write is in flight); :meth:`confirm` drops the assumption once the
+      written status holds it (the overlay then carries it until the index does);
+      :meth:`forget_assumed` drops it when the write was refused or the job went away;
+      :meth:`renew_assumed` keeps it another :data:`ASSUME_TTL` when the write's answer was lost.
+      Otherwise an assumption expires after :data:`ASSUME_TTL`.
+    - **expectations.** :meth:`expect_created` / :meth:`expect_deleted` record writes sent;
+      :meth:`pending_creates` / :meth:`pending_deletes` are those the index does not show yet
+      (younger than :data:`EXPECTATION_TTL`); :meth:`created_observed` / :meth:`deleted_observed`
+      lower one when the index shows it or the write failed.
+    - **hand-offs** from where something is seen to the reconcile that acts on it: waiting
+      reasons (:meth:`hand_waits`), create refusals (:meth:`create_refused`), preemption
+      requests (:meth:`request_stop`), nominations (:meth:`nominate`).
+    - :meth:`forget` drops everything held about one object.
+    """
 
     indexes: Any = None
-    overlay: dict[Hashable, _Overlay] = field(default_factory=dict)
-    assumed: dict[Key, tuple[PlacementRecord, float]] = field(default_factory=dict)
-    writing: set[Key] = field(default_factory=set)
-    created: dict[Key, dict[str, float]] = field(default_factory=dict)
-    deleted: dict[Key, dict[str, float]] = field(default_factory=dict)
-    create_errors: dict[Key, CreateError] = field(default_factory=dict)
-    waiting: dict[Key, tuple[str, str]] = field(default_factory=dict)
-    last_wait_write: dict[Key, float] = field(default_factory=dict)
-    services_made: dict[str, float] = field(default_factory=dict)
-    views: dict[str, PoolView] = field(default_factory=dict)
-    ledgers: dict[str, Ledger] = field(default_factory=dict)
-    assumed_groups: dict[tuple[Key, int], tuple[AssumedGroup, float]] = field(default_factory=dict)
-    serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
-    activator: tuple[tuple[str, ...], int | None] = ((), None)
-    serving: dict[Key, Any] = field(default_factory=dict)
-    nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
-    preempt_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
+    _overlay: dict[Hashable, _Overlay] = field(default_factory=dict)
+    _assumed: dict[Key, tuple[PlacementRecord, float]] = field(default_factory=dict)
+    _writing: set[Key] = field(default_factory=set)
+    _created: dict[Key, dict[str, float]] = field(default_factory=dict)
+    _deleted: dict[Key, dict[str, float]] = field(default_factory=dict)
+    _create_errors: dict[Key, CreateError] = field(default_factory=dict)
+    _waiting: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    _last_wait_write: dict[Key, float] = field(default_factory=dict)
+    _services_made: dict[str, float] = field(default_factory=dict)
+    _round_views: dict[str, PoolView] = field(default_factory=dict)
+    _ledgers: dict[str, Ledger] = field(default_factory=dict)
+    _assumed_groups: dict[tuple[Key, int], tuple[AssumedGroup, float]] = field(default_factory=dict)
+    _serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
+    _activator: tuple[tuple[str, ...], int | None] = ((), None)
+    _serving: dict[Key, Any] = field(default_factory=dict)
+    _nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
+    _stop_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
     _views: dict[Key, JobView] = field(default_factory=dict)
+
+    def attach(self, indexes: Mapping[str, Any]) -> None:
+        """Read the cluster from these kopf indexes (name -> index) from now on."""
+        self.indexes = dict(indexes)
 
     # --- indexes ---------------------------------------------------------------------------------
 
@@ -120,8 +146,17 @@ class Cache:
     def workers_service_made(self, namespace: str) -> bool:
         """Whether the namespace's workers Service was created (or found) in the last
         :data:`SERVICE_RECHECK` seconds."""
-        t = self.services_made.get(namespace)
+        t = self._services_made.get(namespace)
         return t is not None and time.monotonic() - t < SERVICE_RECHECK
+
+    def workers_service_sent(self, namespace: str) -> None:
+        """The namespace's workers Service is being created now: concurrent reconciles in the
+        namespace do not try too (each would get a 409)."""
+        self._services_made[namespace] = time.monotonic()
+
+    def workers_service_failed(self, namespace: str) -> None:
+        """Its create failed: the next gang tries again."""
+        self._services_made.pop(namespace, None)
 
     def pool(self, name: str) -> PoolRecord | None:
         return self._one("kf_pools", name)
@@ -169,8 +204,8 @@ class Cache:
     def view(self, pool: str) -> PoolView | None:
         """The pool as the last admission round saw it (its levels, tolerations, resource);
         built now when no round has run yet."""
-        if pool in self.views:
-            return self.views[pool]
+        if pool in self._round_views:
+            return self._round_views[pool]
         rec = self.pool(pool)
         if rec is None:
             return None
@@ -199,51 +234,88 @@ class Cache:
         """Record an object as the API server returned it after our status write (``None``:
         it is gone)."""
         if written is None:
-            self.overlay.pop(key, None)
+            self._overlay.pop(key, None)
             return
         rv = (written.get("metadata") or {}).get("resourceVersion")
-        old = self.overlay.get(key)
+        old = self._overlay.get(key)
         if old is not None and _rv(old.rv) is not None and _rv(rv) is not None and _rv(rv) < _rv(old.rv):  # type: ignore[operator]
             return  # two writes answered out of order: keep the newer one
-        self.overlay[key] = _Overlay(time.monotonic(), rv, dict(written.get("status") or {}))
+        self._overlay[key] = _Overlay(time.monotonic(), rv, dict(written.get("status") or {}))
 
     def effective(self, key: Hashable, rec: Record) -> Record:
         """``rec`` with the status to act on: our own last write until the index has caught up
         with it (resourceVersions compared as integers, as the API server's watch cache does)."""
-        entry = self.overlay.get(key)
+        entry = self._overlay.get(key)
         if entry is None:
             return rec
         seen, mine = _rv(rec.resource_version), _rv(entry.rv)
         if seen is not None and mine is not None and seen >= mine:
-            self.overlay.pop(key, None)
+            self._overlay.pop(key, None)
             return rec
         if seen is None or mine is None:  # not comparable: trust our write for a while
             if time.monotonic() - entry.written_at > EXPECTATION_TTL:
-                self.overlay.pop(key, None)
+                self._overlay.pop(key, None)
                 return rec
         return replace(rec, status=entry.status, resource_version=entry.rv or rec.resource_version)
 
-    # --- assumed placements, expectations -----------------------------------------------------------
+    # --- assumed placements: assume -> write -> confirm / forget ----------------------------------
 
     def assume(self, key: Key, placement: PlacementRecord) -> None:
-        self.assumed[key] = (placement, time.monotonic())
-        self.waiting.pop(key, None)
+        """Admission gave ``key`` this placement: its GPUs are booked in every ledger from now
+        on, until :meth:`confirm`, :meth:`forget_assumed` or :data:`ASSUME_TTL` with no write in
+        flight. The job no longer waits."""
+        self._assumed[key] = (placement, time.monotonic())
+        self._waiting.pop(key, None)
 
     def assumed_for(self, key: Key) -> PlacementRecord | None:
-        entry = self.assumed.get(key)
+        """The placement assumed for ``key``, None when there is none or it expired (an
+        assumption whose status write is in flight never expires: dropped then, its GPUs would
+        look free to the next round while the write puts the placement on record anyway)."""
+        entry = self._assumed.get(key)
         if entry is None:
             return None
-        if key not in self.writing and time.monotonic() - entry[1] > ASSUME_TTL:
-            self.assumed.pop(key, None)
+        if key not in self._writing and time.monotonic() - entry[1] > ASSUME_TTL:
+            self._assumed.pop(key, None)
             return None
         return entry[0]
 
-    def expect(self, book: dict[Key, dict[str, float]], key: Key, names: list[str]) -> None:
+    @contextmanager
+    def status_write(self, key: Key) -> Iterator[None]:
+        """Bracket a status write of ``key``: its assumed placement and groups do not expire
+        while the write is in flight."""
+        self._writing.add(key)
+        try:
+            yield
+        finally:
+            self._writing.discard(key)
+
+    def renew_assumed(self, key: Key) -> None:
+        """A write that carried the assumed placement got no answer: the placement may be on
+        record already; hold its GPUs another :data:`ASSUME_TTL`, until the retry or the index
+        says."""
+        entry = self._assumed.get(key)
+        if entry is not None:
+            self._assumed[key] = (entry[0], time.monotonic())
+
+    def confirm(self, key: Key) -> None:
+        """The status just written holds the assumed placement (the overlay carries it until the
+        index does): the assumption has done its work."""
+        self._assumed.pop(key, None)
+
+    def forget_assumed(self, key: Key) -> None:
+        """Drop ``key``'s assumed placement: its write was refused, the job is gone, or the
+        decision was taken back. Its GPUs are free to the next round."""
+        self._assumed.pop(key, None)
+
+    # --- expectations (controller-runtime's ControllerExpectations) -----------------------------
+
+    @staticmethod
+    def _expect(book: dict[Key, dict[str, float]], key: Key, names: Iterable[str]) -> None:
         now = time.monotonic()
         book.setdefault(key, {}).update({n: now for n in names})
 
-    def expected(self, book: dict[Key, dict[str, float]], key: Key) -> set[str]:
-        """Names still expected (younger than EXPECTATION_TTL)."""
+    @staticmethod
+    def _pending(book: dict[Key, dict[str, float]], key: Key) -> set[str]:
         entries = book.get(key)
         if not entries:
             return set()
@@ -252,22 +324,157 @@ class Cache:
             del entries[n]
         return set(entries)
 
-    def observed(self, book: dict[Key, dict[str, float]], key: Key, name: str) -> None:
-        """The index showed ``name``: the expectation is met and goes (controller-runtime's
-        ``CreationObserved``). Left to its TTL, a name reused later (a group index added back
-        after a scale-down) would be taken as created for a minute and never made."""
-        entries = book.get(key)
+    def expect_created(self, key: Key, names: Iterable[str]) -> None:
+        """Objects ``key``'s reconcile is creating now (pods, claims, domains; a gate lift as
+        ``ungate:<pod>``): not made again while the index does not show them."""
+        self._expect(self._created, key, names)
+
+    def expect_deleted(self, key: Key, names: Iterable[str]) -> None:
+        """Objects ``key``'s reconcile is deleting now (pods; a domain as
+        ``computedomain:<name>``): never taken for someone else's deletion, never deleted twice."""
+        self._expect(self._deleted, key, names)
+
+    def pending_creates(self, key: Key) -> set[str]:
+        """Creates of ``key`` sent and not seen yet (younger than :data:`EXPECTATION_TTL`)."""
+        return self._pending(self._created, key)
+
+    def pending_deletes(self, key: Key) -> set[str]:
+        """Deletes of ``key`` sent and not seen yet (younger than :data:`EXPECTATION_TTL`)."""
+        return self._pending(self._deleted, key)
+
+    def created_observed(self, key: Key, name: str) -> None:
+        """The index showed ``name``, or its create failed: the expectation goes
+        (controller-runtime's ``CreationObserved``). Left to its TTL, a name reused later (a
+        group index added back after a scale-down) would be taken as created for a minute and
+        never made."""
+        entries = self._created.get(key)
         if entries is not None:
             entries.pop(name, None)
 
+    def deleted_observed(self, key: Key, name: str) -> None:
+        """The delete of ``name`` failed (or was seen): decided again on the next look."""
+        entries = self._deleted.get(key)
+        if entries is not None:
+            entries.pop(name, None)
+
+    # --- hand-offs to the reconciles ----------------------------------------------------------
+
+    def hand_waits(self, waiting: Mapping[Key, tuple[str, str]]) -> list[Key]:
+        """The round's waiting gangs, ``key -> (reason, message)``, replacing the last round's;
+        returns the keys whose reason or message changed (their reconcile writes it)."""
+        changed = [k for k, why in waiting.items() if self._waiting.get(k) != why]
+        self._waiting = dict(waiting)
+        return changed
+
+    def wait_of(self, key: Key) -> tuple[str, str] | None:
+        """Why admission left ``key`` waiting in the last round, ``(reason, message)``."""
+        return self._waiting.get(key)
+
+    def wait_written(self, key: Key, now: float) -> None:
+        """``key``'s waiting reason was written to its status at ``now`` (epoch seconds)."""
+        self._last_wait_write[key] = now
+
+    def last_wait_write(self, key: Key) -> float:
+        """When ``key``'s waiting reason was last written (epoch seconds; 0 never)."""
+        return self._last_wait_write.get(key, 0.0)
+
+    def hand_serving_waits(self, waits: Mapping[Key, tuple[str, str]]) -> list[Key]:
+        """As :meth:`hand_waits`, for InferenceServices whose replica groups wait."""
+        changed = [k for k, why in waits.items() if self._serving_waits.get(k) != why]
+        self._serving_waits = dict(waits)
+        return changed
+
+    def serving_wait_of(self, key: Key) -> tuple[str, str] | None:
+        """Why ``key``'s replica groups wait, ``(reason, message)``, from the last round."""
+        return self._serving_waits.get(key)
+
+    def create_refused(self, key: Key, error: CreateError) -> None:
+        """A create for ``key`` was refused for good (422, 403...): its next decision releases
+        the GPUs and says why (:class:`~kubeforge.lifecycle.CreateError`)."""
+        self._create_errors[key] = error
+
+    def create_error(self, key: Key) -> CreateError | None:
+        """The refusal :meth:`create_refused` handed to ``key``'s next decision."""
+        return self._create_errors.get(key)
+
+    def clear_create_error(self, key: Key) -> None:
+        """A new attempt or placement is on record: the old refusal no longer applies."""
+        self._create_errors.pop(key, None)
+
+    # --- preemption: nominations and stop requests ----------------------------------------------
+
+    def nominate(self, key: Key, pool: str, gpus_by_node: Mapping[str, int]) -> None:
+        """GPUs promised to the preemptor ``key`` while its victims stop (for at most
+        :data:`NOMINATION_TTL` seconds): no other gang takes them meanwhile."""
+        self._nominations[key] = (pool, dict(gpus_by_node), time.monotonic())
+
+    def keep_nominations(self, live: Iterable[Key]) -> None:
+        """Drop every nomination but those of ``live`` (preemptors still waiting for victims)."""
+        keep = set(live)
+        for key in [k for k in self._nominations if k not in keep]:
+            del self._nominations[key]
+
+    def request_stop(self, victim: Key, reason: str, message: str, lost_gpu_seconds: float) -> None:
+        """Ask ``victim``'s reconcile to stop it (preempted: ``reason`` and ``message`` go to its
+        status and Event)."""
+        self._stop_requests[victim] = (reason, message, lost_gpu_seconds)
+
+    def stop_request(self, key: Key) -> tuple[str, str] | None:
+        """``(reason, message)`` of the stop asked of ``key``, None when none is."""
+        entry = self._stop_requests.get(key)
+        return entry[:2] if entry is not None else None
+
+    def stop_done(self, key: Key) -> None:
+        """The stop is on record (a new attempt), or ``key`` holds nothing left to stop."""
+        self._stop_requests.pop(key, None)
+
+    # --- the admission round, serving memory, the activator --------------------------------------
+
+    def round_done(self, views: Mapping[str, PoolView], ledgers: Mapping[str, Ledger]) -> None:
+        """Keep what the last admission round saw: each pool's view, each resource's ledger."""
+        self._round_views = dict(views)
+        self._ledgers = dict(ledgers)
+
+    def ledger(self, resource: str) -> Ledger | None:
+        """The last round's ledger of ``resource`` (e.g. ``nvidia.com/gpu``)."""
+        return self._ledgers.get(resource)
+
+    def service_memory(self, key: Key, make: Callable[[], Any]) -> Any:
+        """The autoscaler's memory of InferenceService ``key`` (made by ``make`` the first
+        time)."""
+        mem = self._serving.get(key)
+        if mem is None:
+            mem = self._serving[key] = make()
+        return mem
+
+    def known_service_memory(self, key: Key) -> Any | None:
+        """The memory of ``key`` if it has one."""
+        return self._serving.get(key)
+
+    def services_remembered(self) -> list[Key]:
+        """Every InferenceService with autoscaler memory."""
+        return list(self._serving)
+
+    @property
+    def activator(self) -> tuple[tuple[str, ...], int | None]:
+        """The activator's ready addresses and port, as last read."""
+        return self._activator
+
+    def set_activator(self, found: tuple[tuple[str, ...], int | None]) -> bool:
+        """Record the activator's addresses; True when they changed."""
+        if found == self._activator:
+            return False
+        self._activator = found
+        return True
+
     def forget(self, key: Key) -> None:
         """Drop everything held about one object (it was deleted)."""
-        for book in (self.overlay, self.assumed, self.created, self.deleted, self.create_errors,
-                     self.waiting, self.last_wait_write, self.serving, self.nominations, self.preempt_requests,
-                     self._views, self.serving_waits):
+        for book in (self._overlay, self._assumed, self._created, self._deleted, self._create_errors,
+                     self._waiting, self._last_wait_write, self._serving, self._nominations, self._stop_requests,
+                     self._views, self._serving_waits):
             book.pop(key, None)  # type: ignore[attr-defined]
-        for gk in [k for k in self.assumed_groups if k[0] == key]:
-            del self.assumed_groups[gk]
+        for gk in [k for k in self._assumed_groups if k[0] == key]:
+            del self._assumed_groups[gk]
 
     # --- the admission snapshot ---------------------------------------------------------------------
 
@@ -286,17 +493,17 @@ class Cache:
     def assume_group(self, key: Key, group: AssumedGroup) -> None:
         """Admission gave one of ``key``'s replica groups nodes: they hold its GPUs until the
         service's status shows the group (or :data:`ASSUME_TTL` passes with no write)."""
-        self.assumed_groups[(key, group.index)] = (group, time.monotonic())
+        self._assumed_groups[(key, group.index)] = (group, time.monotonic())
 
     def assumed_groups_of(self, key: Key) -> dict[int, AssumedGroup]:
         """The groups of ``key`` admission placed that its status does not show yet."""
         now = time.monotonic()
         out = {}
-        for (k, index), (g, at) in list(self.assumed_groups.items()):
+        for (k, index), (g, at) in list(self._assumed_groups.items()):
             if k != key:
                 continue
-            if key not in self.writing and now - at > ASSUME_TTL:
-                del self.assumed_groups[(k, index)]
+            if key not in self._writing and now - at > ASSUME_TTL:
+                del self._assumed_groups[(k, index)]
                 continue
             out[index] = g
         return out
@@ -304,14 +511,14 @@ class Cache:
     def forget_groups(self, key: Key, indices: list[int]) -> None:
         """The service's status now carries (or dropped) these admitted groups."""
         for i in indices:
-            self.assumed_groups.pop((key, i), None)
+            self._assumed_groups.pop((key, i), None)
 
     def snapshot(self) -> Snapshot:
         """Everything an admission round reads, from the indexes and this process's memory."""
         pods: list[Pod] = list(self._pods_of("node"))
         now = time.monotonic()
-        for gk in [k for k, (_, at) in self.assumed_groups.items() if k[0] not in self.writing and now - at > ASSUME_TTL]:
-            del self.assumed_groups[gk]
+        for gk in [k for k, (_, at) in self._assumed_groups.items() if k[0] not in self._writing and now - at > ASSUME_TTL]:
+            del self._assumed_groups[gk]
         jobs = {rec.key: self.job_view(rec) for rec in self.jobs()}
         self._views = dict(jobs)  # drop the views of jobs that are gone
         return Snapshot(
@@ -321,12 +528,12 @@ class Cache:
             jobs=jobs,
             services={k: self.effective(k, v) for k, v in self._all("kf_services")},  # type: ignore[misc]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
-            nominations={k: (pool, by_node) for k, (pool, by_node, at) in self.nominations.items()
+            nominations={k: (pool, by_node) for k, (pool, by_node, at) in self._nominations.items()
                          if time.monotonic() - at < NOMINATION_TTL},
-            preempting=frozenset(self.preempt_requests),
+            preempting=frozenset(self._stop_requests),
             claims={k: v[0] for k, v in self._all("kf_claims")},  # type: ignore[misc]
             terminating=self.terminating_namespaces(),
-            assumed_groups={k: g for k, (g, _) in self.assumed_groups.items()},
+            assumed_groups={k: g for k, (g, _) in self._assumed_groups.items()},
             devices=inventory(v for _, v in self._all("kf_slices")),
             resource_claims=[v for _, v in self._all("kf_resource_claims")],
         )

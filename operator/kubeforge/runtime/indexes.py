@@ -72,14 +72,14 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     if pod.job is not None:
         key = (pod.namespace, pod.job)
         out[("job",) + key] = pod
-        rt.cache.observed(rt.cache.created, key, pod.name)
+        rt.cache.created_observed(key, pod.name)
         rt.queue_job(key)
         if _frees_gpus(pod):
             rt.wake_admission()
     if pod.service is not None:
         key = (pod.namespace, pod.service)
         out[("svc",) + key] = pod
-        rt.cache.observed(rt.cache.created, key, pod.name)
+        rt.cache.created_observed(key, pod.name)
         rt.queue_service(key)
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
             rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back

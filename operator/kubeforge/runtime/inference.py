@@ -78,11 +78,8 @@ def query_for(rec: InferenceServiceRecord) -> str:
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
     patch = {**patch, "observedGeneration": rec.generation}
-    rt.cache.writing.add(rec.key)  # admitted groups must not expire while their write is in flight
-    try:
+    with rt.cache.status_write(rec.key):  # admitted groups must not expire while their write is in flight
         written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
-    finally:
-        rt.cache.writing.discard(rec.key)
     rt.cache.remember(rec.key, written)
 
 
@@ -113,7 +110,7 @@ async def _being_deleted(rt: Runtime, key: Key) -> bool:
     deletions by the garbage collector can arrive before the service's own event (another
     watch): read it once, only when a pod of it is being deleted by someone else, so that its
     deletion is never taken for lost replicas (a Warning and a recreation per group)."""
-    mine = rt.cache.expected(rt.cache.deleted, key)
+    mine = rt.cache.pending_deletes(key)
     if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
         return False
     body = await rt.client.get(KIND, key[0], key[1])
@@ -173,7 +170,7 @@ async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: Servic
         log.info("inferenceservice %s/%s: deleting the Deployment of kubeforge 0.1 (replaced by replica groups)", ns, name)
         await rt.client.delete("Deployment", ns, name)
     if multi and not rt.cache.workers_service_made(ns):
-        rt.cache.services_made[ns] = time.monotonic()
+        rt.cache.workers_service_sent(ns)
         await rt.client.create("Service", ns, build_workers_service(ns))
     return True
 
@@ -185,7 +182,7 @@ def _capacity(rt: Runtime, rec: InferenceServiceRecord, shape: GroupShape | None
     view = rt.cache.view(shape.pool)
     if view is None:
         return None, None
-    led = rt.cache.ledgers.get(view.resource)
+    led = rt.cache.ledger(view.resource)
     held = led.per_node if led is not None else {n.name: n.gpus_allocated for n in view.nodes}
     limit = max(0, rec.spec.max_replicas - holding)  # type: ignore[union-attr]
     fit, why = groups_that_fit(view, held, group_request(rec, view, shape), limit)
@@ -230,7 +227,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return None
     rec = cache.effective(key, rec)
     now = time.time()
-    mem = cache.serving.setdefault(key, ServiceMemory())
+    mem = cache.service_memory(key, ServiceMemory)
     spec = rec.spec
     if spec is None:
         await _invalid(rt, rec, now)
@@ -266,7 +263,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         now=now, desired=d.desired, pods=pods, nodes={n: x for n in names if (x := cache.node(n)) is not None},
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
         template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
-        waiting=cache.serving_waits.get(key),
+        waiting=cache.serving_wait_of(key),
     )
     plan = plan_serving(rec, ctx)
     patch = _status_patch(rec, plan, d, q, mem, now, current)
@@ -339,10 +336,10 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     ns, name = rec.key
     cache = rt.cache
     if plan.delete:
-        cache.expect(cache.deleted, rec.key, plan.delete)  # ours: never taken for lost replicas
+        cache.expect_deleted(rec.key, plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
-    made = cache.expected(cache.created, rec.key)
+    made = cache.pending_creates(rec.key)
     for g, worker in plan.create:
         view = cache.view(g.pool)
         shape = group_shape(rec, view) if view is not None else None
@@ -354,11 +351,11 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
         if body["metadata"]["name"] not in made:
             bodies.append(body)
     if bodies:
-        cache.expect(cache.created, rec.key, [b["metadata"]["name"] for b in bodies])
+        cache.expect_created(rec.key, [b["metadata"]["name"] for b in bodies])
         results = await gather_bounded([rt.client.create("Pod", ns, b) for b in bodies])
         for b, r in zip(bodies, results):
             if isinstance(r, BaseException):
-                cache.created.get(rec.key, {}).pop(b["metadata"]["name"], None)
+                cache.created_observed(rec.key, b["metadata"]["name"])
                 if isinstance(r, ApiError) and not r.transient:
                     reason = "InvalidSpec" if r.code in (400, 422) else "CreateFailed"
                     msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
@@ -368,7 +365,7 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     addresses, port = cache.activator
     slice_ = build_endpoint_slice(rec, leaders=plan.endpoints, activator=addresses, activator_port=port)
     text = json.dumps(slice_, sort_keys=True)
-    mem = cache.serving.get(rec.key)
+    mem = cache.known_service_memory(rec.key)
     if mem is not None and mem.slice_written != text:
         await rt.client.apply("EndpointSlice", ns, slice_name(name), slice_)
         mem.slice_written = text

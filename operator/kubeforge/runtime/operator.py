@@ -110,7 +110,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     rt.api_servers = rt.client.server_addresses()
     await wait_for_discovery(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list.
-    rt.cache.indexes = {k: v for k, v in kwargs.items() if k.startswith("kf_")}
+    rt.cache.attach({k: v for k, v in kwargs.items() if k.startswith("kf_")})
     rt.events = EventSink(rt.client)
     rt.events.start()
     rt.jobs = WorkQueue(lambda key: reconcile_job(rt, key), workers=JOB_WORKERS, name="trainingjobs", gate=rt.leading)
