@@ -25,11 +25,8 @@ from kubeforge.api import (
     TrainingJobSpec,
     TrainingJobStatus,
     describe_validation_error,
-    find_condition,
-    parse_gpu_pool,
-    parse_inference_service,
     parse_resource,
-    parse_training_job,
+    parse_as,
 )
 
 TEMPLATE = {
@@ -176,7 +173,7 @@ def with_spec(body: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 
 def test_training_job_parses_a_full_body() -> None:
-    job = parse_training_job(TRAINING_JOB)
+    job = parse_as(TrainingJob, TRAINING_JOB)
     assert job.metadata.name == "llama-pretrain"
     assert job.metadata.generation == 3
     assert job.spec.pools == ["h100-spot", "h100-ondemand"]
@@ -192,14 +189,14 @@ def test_training_job_parses_a_full_body() -> None:
     assert job.status.placement is not None and job.status.placement.nodes[0] == "n1"
     assert job.status.restarts.preemptions == 2
     assert job.status.last_checkpoint is not None and job.status.last_checkpoint.step == 1200
-    admitted = find_condition(job.status.conditions, "Admitted")
+    admitted = next((c for c in job.status.conditions if c.type == "Admitted"), None)
     assert admitted is not None and admitted.status is ConditionStatus.TRUE
     assert admitted.last_transition_time.tzinfo is not None
 
 
 def test_training_job_round_trips_through_to_dict() -> None:
-    job = parse_training_job(TRAINING_JOB)
-    again = parse_training_job(job.to_dict())
+    job = parse_as(TrainingJob, TRAINING_JOB)
+    again = parse_as(TrainingJob, job.to_dict())
     assert again == job
     out = job.to_dict()
     assert out["spec"]["gpusPerReplica"] == 8
@@ -209,7 +206,7 @@ def test_training_job_round_trips_through_to_dict() -> None:
 
 
 def test_gpu_pool_parses_a_full_body() -> None:
-    pool = parse_gpu_pool(GPU_POOL)
+    pool = parse_as(GPUPool, GPU_POOL)
     assert pool.metadata.namespace is None
     assert pool.spec.capacity_type is CapacityType.SPOT
     assert pool.spec.price_per_gpu_hour == 2.0
@@ -228,7 +225,7 @@ def test_gpu_pool_parses_a_full_body() -> None:
 
 
 def test_inference_service_parses_a_full_body() -> None:
-    svc = parse_inference_service(INFERENCE_SERVICE)
+    svc = parse_as(InferenceService, INFERENCE_SERVICE)
     assert svc.spec.min_replicas == 0
     assert svc.spec.autoscaling.target_per_replica == 2.5
     assert svc.spec.autoscaling.scale_down.max_step == 2
@@ -256,23 +253,23 @@ def test_parse_accepts_read_only_mappings() -> None:
             return tuple(freeze(v) for v in value)
         return value
 
-    job = parse_training_job(freeze(TRAINING_JOB))
+    job = parse_as(TrainingJob, freeze(TRAINING_JOB))
     assert job.spec.replicas == 4
 
 
 def test_wrong_kind_is_an_error() -> None:
     body = dict(TRAINING_JOB, kind="InferenceService")
     with pytest.raises(ValidationError) as err:
-        parse_training_job(body)
+        parse_as(TrainingJob, body)
     assert "kind" in describe_validation_error(err.value)
 
 
 def test_status_is_optional() -> None:
     body = copy.deepcopy(TRAINING_JOB)
     del body["status"]
-    assert parse_training_job(body).status is None
+    assert parse_as(TrainingJob, body).status is None
     body["status"] = {}
-    status = parse_training_job(body).status
+    status = parse_as(TrainingJob, body).status
     assert status == TrainingJobStatus()
 
 
@@ -319,7 +316,7 @@ def test_gpu_pool_defaults() -> None:
     assert spec.topology_levels == [] and spec.tolerations == []
     assert spec.node_selector.match_labels == {}
     assert spec.price_per_gpu_hour is None
-    pool = parse_gpu_pool({"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool",
+    pool = parse_as(GPUPool, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool",
                            "metadata": {"name": "all"}})
     assert pool.spec == GPUPoolSpec()
     assert GPUPoolStatus().gpus.free == 0
@@ -374,7 +371,7 @@ def test_templates_the_operator_could_not_read_are_refused_by_the_model(spec, me
 
 def test_integer_quantity_is_kept_as_string() -> None:
     body = with_spec(TRAINING_JOB, checkpoint={"size": 1073741824})
-    assert parse_training_job(body).spec.checkpoint.size == "1073741824"
+    assert parse_as(TrainingJob, body).spec.checkpoint.size == "1073741824"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,10 +454,8 @@ INVALID = [
     "body, location, message", [case[1:] for case in INVALID], ids=[case[0] for case in INVALID]
 )
 def test_invalid_values_give_clear_errors(body: dict, location: str, message: str) -> None:
-    parse = {"TrainingJob": parse_training_job, "InferenceService": parse_inference_service,
-             "GPUPool": parse_gpu_pool}[body["kind"]]
     with pytest.raises(ValidationError) as err:
-        parse(body)
+        parse_resource(body)
     text = describe_validation_error(err.value)
     assert f"{location}: " in text, text
     assert message in text, text
@@ -470,7 +465,7 @@ def test_invalid_condition_status() -> None:
     body = copy.deepcopy(TRAINING_JOB)
     body["status"]["conditions"][0]["status"] = "Maybe"
     with pytest.raises(ValidationError) as err:
-        parse_training_job(body)
+        parse_as(TrainingJob, body)
     assert "status.conditions.0.status" in describe_validation_error(err.value)
 
 
@@ -478,7 +473,7 @@ def test_invalid_phase() -> None:
     body = copy.deepcopy(TRAINING_JOB)
     body["status"]["phase"] = "Exploded"
     with pytest.raises(ValidationError, match="status.phase"):
-        parse_training_job(body)
+        parse_as(TrainingJob, body)
 
 
 @pytest.mark.parametrize("level", [None, "nvlink"])
@@ -487,5 +482,5 @@ def test_serving_topology_level_is_optional(mode: str, level: str | None) -> Non
     topology: dict[str, Any] = {"mode": mode}
     if level:
         topology["level"] = level
-    svc = parse_inference_service(with_spec(INFERENCE_SERVICE, topology=topology))
+    svc = parse_as(InferenceService, with_spec(INFERENCE_SERVICE, topology=topology))
     assert svc.spec.topology.mode.value == mode

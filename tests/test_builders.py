@@ -14,8 +14,9 @@ import pytest
 
 from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
 from kubeforge.builders.common import (
-    conditions_equal, get_condition, owner_reference, parse_time, rfc3339, set_condition,
+    conditions_equal, owner_reference, parse_time, rfc3339, set_condition,
 )
+from kubeforge.objects import condition
 from kubeforge.builders.serving import (
     build_endpoint_slice, build_group_pod, build_service, hostname, leader_address, serving_hash, slice_name,
 )
@@ -34,6 +35,11 @@ NODES = ("n0", "n1", "n2", "n3")
 CLIQUE = "nvidia.com/gpu.clique"
 LEVELS = (TopologyLevel("nvlink", CLIQUE), TopologyLevel("block", "cloud.google.com/gce-topology-block"))
 PLACEMENT = PlacementRecord(pool="h100", nodes=NODES, level="nvlink", domain="nvl-a", reason="best fit")
+
+
+def get_condition(conditions, type_):
+    """The condition of ``type_`` in a conditions list (kubeforge.objects.condition reads a status)."""
+    return condition({"conditions": conditions}, type_)
 
 
 def _with_images(containers):

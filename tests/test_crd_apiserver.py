@@ -15,11 +15,12 @@ import pytest
 from kubeforge.api import (
     Condition,
     ConditionStatus,
+    GPUPool,
+    InferenceService,
+    TrainingJob,
     TrainingJobPhase,
     TrainingJobStatus,
-    parse_gpu_pool,
-    parse_inference_service,
-    parse_training_job,
+    parse_as,
 )
 
 pytestmark = pytest.mark.cluster
@@ -220,7 +221,7 @@ def test_valid_training_job_is_accepted_and_defaulted(cluster: Any, namespace: s
     # The template survives untouched (preserve-unknown-fields, no pruning).
     assert spec["template"] == TEMPLATE
     # And the model reads what the API server returns.
-    job = parse_training_job(obj)
+    job = parse_as(TrainingJob, obj)
     assert job.metadata.namespace == namespace and job.spec.checkpoint.size == "10Gi"
 
 
@@ -239,7 +240,7 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 1, "periodSeconds": 10}
     assert auto["scaleDown"] == {"stabilizationWindowSeconds": 300, "maxStep": 2,
                                  "periodSeconds": 30}
-    assert parse_inference_service(obj).spec.autoscaling.scale_down.max_step == 2
+    assert parse_as(InferenceService, obj).spec.autoscaling.scale_down.max_step == 2
     assert "slo" not in auto  # queue-depth mode unless asked
 
 
@@ -247,7 +248,7 @@ def test_slo_inference_service_is_accepted_and_defaulted(cluster: Any, namespace
     apply(cluster, namespace, inference_service("slo", autoscaling={"slo": {"timeToFirstTokenSeconds": 1.5}}))
     obj = get_json(cluster, "-n", namespace, "inferenceservice", "slo")
     assert obj["spec"]["autoscaling"]["slo"] == {"timeToFirstTokenSeconds": 1.5, "percentile": 90, "windowSeconds": 60}
-    slo = parse_inference_service(obj).spec.autoscaling.slo
+    slo = parse_as(InferenceService, obj).spec.autoscaling.slo
     assert (slo.time_to_first_token_seconds, slo.inter_token_latency_seconds) == (1.5, None)
 
 
@@ -260,7 +261,7 @@ def test_valid_gpu_pool_is_accepted_and_defaulted(cluster: Any) -> None:
         obj = get_json(cluster, "gpupool", name)
         assert obj["spec"]["gpuResourceName"] == "nvidia.com/gpu"
         assert obj["spec"]["capacityType"] == "Auto"
-        assert parse_gpu_pool(obj).metadata.name == name
+        assert parse_as(GPUPool, obj).metadata.name == name
         bad = dict(pool, spec={"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]})
         result = cluster.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
         assert result.returncode != 0
@@ -286,7 +287,7 @@ def test_status_written_from_the_model_is_accepted(cluster: Any, namespace: str)
         "patch", "-n", namespace, "trainingjob", "status", "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": status.to_dict()}), "-o", "json",
     ).stdout
-    job = parse_training_job(json.loads(patched))
+    job = parse_as(TrainingJob, json.loads(patched))
     assert job.status is not None
     assert job.status.phase is TrainingJobPhase.PENDING
     assert job.status.conditions[0].last_transition_time == now

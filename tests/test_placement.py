@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from kubeforge.objects import node_from_k8s
+from kubeforge.placement._nodes import node_info
 from kubeforge.placement import (
     WELL_KNOWN_LEVELS,
     GangRequest,
@@ -17,7 +19,6 @@ from kubeforge.placement import (
     capacity_type,
     detect_levels,
     node_affinity,
-    node_info_from_k8s,
     place_gang,
     queue_order,
     summarize_pool,
@@ -26,6 +27,12 @@ from kubeforge.placement import (
 CLIQUE = "nvidia.com/gpu.clique"
 BLOCK = "cloud.google.com/gce-topology-block"
 LEVELS = [TopologyLevel("nvlink", CLIQUE), TopologyLevel("block", BLOCK)]
+
+
+def node_info_from_k8s(node, gpu_resource="nvidia.com/gpu", allocated=0, tolerated_taint_keys=()):
+    """NodeInfo of a raw Node dict, tolerating the taints whose keys are given (any value, effect)."""
+    tolerations = [{"key": k, "operator": "Exists"} for k in tolerated_taint_keys]
+    return node_info(node_from_k8s(node), gpu_resource, allocated, tolerations)
 
 
 # --- builders ---------------------------------------------------------------------------

@@ -4,8 +4,8 @@ Three kinds: :class:`GPUPool` (cluster-scoped), :class:`TrainingJob` and
 :class:`InferenceService` (namespaced). Python attributes are snake_case; the JSON names are
 camelCase and both are accepted on input. ``model.to_dict()`` gives the JSON form.
 
-Read an object that the API server or kopf handed over with :func:`parse_training_job`
-(and its siblings), or :func:`parse_resource` for any kind; spec and status models validate
+Read an object that the API server or kopf handed over with ``parse_as(TrainingJob, body)``
+(any model), or :func:`parse_resource` for any kind chosen by its ``kind``; spec and status models validate
 alone as well (``TrainingJobSpec.model_validate(spec)``).
 
 The CRDs in ``crds/`` are generated from these models by :mod:`kubeforge.api.crdgen`.
@@ -37,7 +37,6 @@ from ._core import (
     TaintEffect,
     Toleration,
     TolerationOperator,
-    find_condition,
 )
 from ._quota import GPUQuota, PoolPreemption, PreemptionPolicy, QuotaUsage
 from ._gpupool import (
@@ -84,10 +83,7 @@ from ._parse import (
     Resource,
     describe_validation_error,
     parse_as,
-    parse_gpu_pool,
-    parse_inference_service,
     parse_resource,
-    parse_training_job,
     spec_error,
 )
 from ._trainingjob import (
@@ -125,7 +121,6 @@ __all__ = [
     "TaintEffect",
     "Toleration",
     "TolerationOperator",
-    "find_condition",
     # GPUPool
     "DEFAULT_DEVICE_CLASS_NAME",
     "DEFAULT_DRA_DRIVER",
@@ -199,9 +194,6 @@ __all__ = [
     "Resource",
     "describe_validation_error",
     "parse_as",
-    "parse_gpu_pool",
-    "parse_inference_service",
     "parse_resource",
-    "parse_training_job",
     "spec_error",
 ]

@@ -400,9 +400,3 @@ def conditions_field(types: str) -> Any:
     )
 
 
-def find_condition(conditions: list[Condition], type_: str) -> Optional[Condition]:
-    """Returns the condition of the given type, or None."""
-    for condition in conditions:
-        if condition.type == type_:
-            return condition
-    return None

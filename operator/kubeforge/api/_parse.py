@@ -27,21 +27,6 @@ def parse_as(model: type[M], body: Mapping[str, Any]) -> M:
     return model.model_validate(to_plain(body))
 
 
-def parse_gpu_pool(body: Mapping[str, Any]) -> GPUPool:
-    """Validates a whole GPUPool object."""
-    return parse_as(GPUPool, body)
-
-
-def parse_training_job(body: Mapping[str, Any]) -> TrainingJob:
-    """Validates a whole TrainingJob object."""
-    return parse_as(TrainingJob, body)
-
-
-def parse_inference_service(body: Mapping[str, Any]) -> InferenceService:
-    """Validates a whole InferenceService object."""
-    return parse_as(InferenceService, body)
-
-
 def parse_resource(body: Mapping[str, Any]) -> Resource:
     """Validates a whole object of any kubeforge kind, chosen by its ``kind``.
 

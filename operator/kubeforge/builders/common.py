@@ -79,6 +79,3 @@ def conditions_equal(a: list[dict[str, Any]] | None, b: list[dict[str, Any]] | N
     return strip(a) == strip(b)
 
 
-def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    """The condition of ``type_`` or None."""
-    return next((c for c in (conditions or []) if c.get("type") == type_), None)

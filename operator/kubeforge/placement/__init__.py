@@ -5,7 +5,7 @@ frozen dataclasses. No I/O, no Kubernetes client, no clock.
 
 Typical use by a handler::
 
-    nodes = [node_info_from_k8s(n, pool.gpu_resource, allocated[n_name]) for n in raw]
+    nodes = [node_info(node_from_k8s(n), pool.gpu_resource, allocated[n_name]) for n in raw]
     levels = pool_levels or detect_levels(nodes)
     status = summarize_pool(nodes, levels)
     result = place_gang(request, nodes, levels, taken)  # a Placement or a NoFit
@@ -35,7 +35,6 @@ from ._nodes import (
     CapacityType,
     capacity_type,
     node_info,
-    node_info_from_k8s,
 )
 from ._summary import (
     DEFAULT_MAX_DOMAINS_PER_LEVEL,
@@ -72,7 +71,6 @@ __all__ = [
     "detect_levels",
     "node_affinity",
     "node_info",
-    "node_info_from_k8s",
     "place_gang",
     "queue_order",
     "summarize_pool",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Collection, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
-from kubeforge.objects import BLOCKING_EFFECTS, Node, is_interrupted, node_from_k8s, tolerates
+from kubeforge.objects import BLOCKING_EFFECTS, Node, is_interrupted, tolerates
 
 from ._model import NodeInfo
 
@@ -82,13 +82,3 @@ def node_info(
     )
 
 
-def node_info_from_k8s(
-    node: Mapping[str, Any],
-    gpu_resource: str = "nvidia.com/gpu",
-    allocated: int = 0,
-    tolerated_taint_keys: Collection[str] = (),
-) -> NodeInfo:
-    """:func:`node_info` of a raw Kubernetes Node dict, tolerating the taints whose keys are
-    in ``tolerated_taint_keys`` (any value and effect)."""
-    tolerations = [{"key": k, "operator": "Exists"} for k in tolerated_taint_keys]
-    return node_info(node_from_k8s(node), gpu_resource, allocated, tolerations)
