@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from kubeforge.admission import JobView, Snapshot, plan_admission  # noqa: E402
-from kubeforge.admission import _plan, _quota  # noqa: E402
+from kubeforge.admission import _plan, _quota, queue_order  # noqa: E402
 from kubeforge.api import GPUPoolSpec, TrainingJobSpec  # noqa: E402
 from kubeforge.objects import Node, record_from_k8s  # noqa: E402
 
@@ -144,12 +144,12 @@ def job_record(job: Job, now: float, ckpt: float, uid: str):
 @contextmanager
 def priority_first_queue():
     """kubeforge's queue order before it put gangs within nominal quota first: priority, then age."""
-    real = _plan._nominal_first
-    _plan._nominal_first = lambda rnd, ordered, by_key: ordered
+    real = _plan.entry_order
+    _plan.entry_order = lambda queue, borrows: queue_order(queue)
     try:
         yield
     finally:
-        _plan._nominal_first = real
+        _plan.entry_order = real
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import pytest
 
 from kubeforge.objects import node_from_k8s
 from kubeforge.placement._nodes import node_info
+from kubeforge.admission import queue_order
 from kubeforge.placement import (
     WELL_KNOWN_LEVELS,
     GangRequest,
@@ -20,7 +21,6 @@ from kubeforge.placement import (
     detect_levels,
     node_affinity,
     place_gang,
-    queue_order,
     summarize_pool,
 )
 

@@ -27,7 +27,8 @@ from kubeforge.builders.training import pvc_name
 from kubeforge.objects import (
     BLOCKED_UNTIL_SPEC_CHANGES, InferenceServiceRecord, Key, condition, condition_time, groups_of, status_time,
 )
-from kubeforge.placement import PendingGang, Placement, place_gang, queue_order
+from kubeforge.admission._ordering import entry_order, service_order
+from kubeforge.placement import PendingGang, Placement, place_gang
 
 
 
@@ -206,7 +207,7 @@ def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]
 def _place_groups(plan: AdmissionPlan, snapshot: Snapshot, taken: dict[str, dict[str, int]]) -> None:
     """Give serving replica groups nodes from what the gangs left, oldest service first, whole
     groups only (one domain of the level for a group of several pods)."""
-    for svc in sorted(snapshot.services.values(), key=lambda s: (s.created, s.namespace, s.name)):
+    for svc in service_order(snapshot.services.values()):
         if svc.deleting or svc.spec is None or svc.namespace in snapshot.terminating:
             continue
         wanted = _groups_wanted(svc, snapshot)
@@ -238,17 +239,6 @@ def _place_groups(plan: AdmissionPlan, snapshot: Snapshot, taken: dict[str, dict
                 reason = "Unschedulable" if permanent else "WaitingForCapacity"
                 plan.serving_waits[svc.key] = (reason, "; ".join(dict.fromkeys(notes)))
                 break  # the next group of this service would not fit either
-
-
-def _nominal_first(rnd: Round, ordered: list[PendingGang], by_key: Mapping[str, JobView]) -> list[PendingGang]:
-    """``ordered`` (priority, then age) with the gangs that fit within their team's nominal
-    quota as the round starts first (the order stays within each part), as Kueue's scheduler
-    orders its entries (``entryOrdering``: not borrowing, then priority, then time)."""
-    first: list[PendingGang] = []
-    later: list[PendingGang] = []
-    for p in ordered:
-        (later if rnd.borrows(by_key[p.key], p.request.gpus) else first).append(p)
-    return first + later
 
 
 def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None) -> AdmissionPlan:
@@ -290,7 +280,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo = memo if memo is not None else AdmissionMemo()
     memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})
     waits = {}
-    for pending in _nominal_first(rnd, queue_order(queue), by_key):
+    for pending in entry_order(queue, lambda p: rnd.borrows(by_key[p.key], p.request.gpus)):
         job = by_key[pending.key]
         spec = job.record.spec
         assert spec is not None

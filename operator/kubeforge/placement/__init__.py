@@ -12,7 +12,6 @@ Typical use by a handler::
     ...  # Placement -> pods with node_affinity(placement, rank, levels)
 """
 
-from ._admission import queue_order
 from ._affinity import node_affinity
 from ._fit import place_gang
 from ._misfit import HOSTNAME_LABEL, format_quantity, node_misfit
@@ -72,7 +71,6 @@ __all__ = [
     "node_affinity",
     "node_info",
     "place_gang",
-    "queue_order",
     "summarize_pool",
     "with_paths",
 ]
