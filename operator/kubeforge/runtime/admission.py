@@ -18,7 +18,7 @@ import time
 
 from kubeforge import metrics
 from kubeforge.admission import AdmissionPlan, AssumedGroup, plan_admission, preemption_message
-from kubeforge.objects import PlacementRecord
+from kubeforge.objects import PREEMPTING, PlacementRecord
 from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.admission")
@@ -85,7 +85,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
             metrics.PREEMPTIONS.labels(reason=v.reason).inc()
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
             rt.queue_job(v.key)
-    live = {w.key for w in plan.wait if w.reason == "Preempting"}
+    live = {w.key for w in plan.wait if w.reason == PREEMPTING}
     for key in [k for k in cache.nominations if k not in live]:
         cache.nominations.pop(key, None)  # admitted, or no longer waiting for its victims
     waiting = {}
