@@ -19,10 +19,7 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
     """
     if ctx.assumed is not None:
         pl = ctx.assumed
-        d.set(placement={
-            "pool": pl.pool, "level": pl.level, "domain": pl.domain, "nodes": list(pl.nodes),
-            "reason": pl.reason, "admittedAt": d.stamp(ctx.now), "specHash": ctx.spec_hash,
-        }, restartNotBefore=None, attempt=d.attempt)
+        d.set(placement=pl.to_status(d.stamp(ctx.now), ctx.spec_hash), restartNotBefore=None, attempt=d.attempt)
         if not d.get("restarts"):
             d.set(restarts=d.restarts)  # all three counters on record from the first admission
         if d.phase != RESTARTING:

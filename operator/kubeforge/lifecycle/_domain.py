@@ -22,7 +22,7 @@ from kubeforge.builders.training import compute_domain_name
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.objects import (
     COMPUTE_DOMAIN_PENDING, COMPUTE_DOMAIN_READY, GANG_NOT_PLACED, IMEX_DAEMONS_NOT_READY, IMEX_DAEMONS_READY, PENDING,
-    RESTARTING, condition,
+    RESTARTING,
 )
 
 DOMAIN_RECHECK_SECONDS = 5.0
@@ -31,7 +31,7 @@ wakes it sooner)."""
 
 
 def _set(d: StatusDraft, status: bool, reason: str, message: str) -> None:
-    old = condition({"conditions": d.get("conditions")}, COMPUTE_DOMAIN_READY)
+    old = d.current_condition(COMPUTE_DOMAIN_READY)
     if old and old.get("status") == ("True" if status else "False") and old.get("reason") == reason \
             and old.get("message") == message:
         return
@@ -55,7 +55,7 @@ def compute_domain_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPl
         else:
             plan.release_compute_domains = sorted(stale)
     if wanted is None:
-        if pl is None and condition({"conditions": d.get("conditions")}, COMPUTE_DOMAIN_READY):
+        if pl is None and d.current_condition(COMPUTE_DOMAIN_READY):
             _set(d, False, GANG_NOT_PLACED, "the gang holds no placement")
         return
     cd = next((c for c in ctx.compute_domains if c.name == wanted and not c.deleting), None)

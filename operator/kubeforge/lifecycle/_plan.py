@@ -10,7 +10,7 @@ from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.common import rfc3339, set_condition
 from kubeforge.objects import (
     ComputeDomainView, DEFAULT_NOT_READY_GRACE, NEEDS_SPEC_CHANGE_CODES, PENDING, Node, PlacementRecord, Pod,
-    TrainingJobRecord, current_attempt, placement_of, status_time,
+    TrainingJobRecord, condition, current_attempt, placement_of, status_time,
 )
 from kubeforge.placement import GangRequest, NodeInfo
 
@@ -196,21 +196,30 @@ class StatusDraft:
 
     @property
     def spec(self) -> TrainingJobSpec:
+        """The job's parsed spec (a draft is only made for a valid one)."""
         assert self.job.spec is not None
         return self.job.spec
 
     def get(self, name: str, default: Any = None) -> Any:
+        """The status field ``name`` as this decision leaves it so far."""
         return self.patch[name] if name in self.patch else self.old.get(name, default)
 
     def set(self, **fields: Any) -> None:
+        """Write status fields (None clears one in the merge patch)."""
         self.patch.update(fields)
 
+    def current_condition(self, type_: str) -> Mapping[str, Any] | None:
+        """The condition of ``type_`` as this decision leaves it so far, or None."""
+        return condition({"conditions": self.get("conditions")}, type_)
+
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        """Set the condition ``type_`` (``status`` True/False) with ``reason`` and ``message``."""
         self.patch["conditions"] = set_condition(self.get("conditions"), type_, status, reason, message,
                                                  self.now, self.job.generation)
 
     @property
     def phase(self) -> str:
+        """``status.phase`` so far (Pending when unset)."""
         return str(self.get("phase") or PENDING)
 
     @property
@@ -221,6 +230,7 @@ class StatusDraft:
 
     @property
     def placement(self) -> PlacementRecord | None:
+        """``status.placement`` so far, or None."""
         return placement_of({"placement": self.get("placement")})
 
     @property
@@ -243,6 +253,7 @@ class StatusDraft:
         return r[cause.value]
 
     def time(self, name: str) -> float | None:
+        """The timestamp field ``name`` so far, in unix seconds, or None."""
         return status_time({name: self.get(name)}, name)
 
     def result(self) -> dict[str, Any] | None:
@@ -250,4 +261,5 @@ class StatusDraft:
         return {k: v for k, v in self.patch.items()} or None
 
     def stamp(self, ts: float) -> str:
+        """``ts`` (unix seconds) as the status writes times (RFC 3339)."""
         return rfc3339(ts)

@@ -8,7 +8,7 @@ from kubeforge.lifecycle._accounting import maybe_fold
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._volume import gates_to_lift
 from kubeforge.objects import (
-    ALL_WORKERS_RUNNING, NORMAL, PREEMPTED, READY, RECOVERED, RUNNING, Pod, condition,
+    ALL_WORKERS_RUNNING, NORMAL, PREEMPTED, READY, RECOVERED, RUNNING, Pod,
 )
 
 
@@ -39,7 +39,7 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
         msg = f"{replicas} workers running on {len(set(pl.nodes))} nodes in {where}"
         d.condition(RUNNING, True, ALL_WORKERS_RUNNING, msg)
         d.condition(READY, True, ALL_WORKERS_RUNNING, msg)
-        pre = condition({"conditions": d.get("conditions")}, PREEMPTED)
+        pre = d.current_condition(PREEMPTED)
         if pre and pre.get("status") == "True":
             d.condition(PREEMPTED, False, RECOVERED, f"gang running again after: {pre.get('message', '')}")
         plan.events.append((NORMAL, RUNNING, f"all {replicas} workers running in {where}"))

@@ -200,7 +200,7 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
         if waited >= ctx.schedule_timeout:
             startup_failure(d, ctx, plan, PLACEMENT_LOST,
                             f"pod {stuck[0].name} could not be scheduled on its node for {waited:.0f}s "
-                            f"({stuck[0].unschedulable_message or 'Unschedulable'})")
+                            f"({stuck[0].unschedulable_message or UNSCHEDULABLE})")
             return True
         plan.requeue(ctx.schedule_timeout - waited)
     admitted = status_time(d.get("placement") or {}, "admittedAt")

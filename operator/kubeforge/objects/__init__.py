@@ -5,7 +5,8 @@ One node model (:class:`Node`) with the one interruption predicate
 terminal pod (:func:`is_terminal`) and the scheduler's request rule (:func:`pod_requests`),
 records of kubeforge's own objects with their specs parsed once into the API models
 (:class:`Record`), and the one definition of a job's current attempt
-(:func:`current_attempt`). No I/O, no clock.
+(:func:`current_attempt`), and the status vocabulary (``_reasons``: TrainingJob phases, condition
+types and every condition and Event reason, one constant each). No I/O, no clock.
 """
 
 from kubeforge.objects._labels import (

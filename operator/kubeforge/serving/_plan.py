@@ -215,7 +215,7 @@ class _Step:
             waited = ctx.now - (stuck[0].unschedulable_since or ctx.now)
             if waited >= ctx.schedule_timeout:
                 return UNSCHEDULABLE, (f"pod {stuck[0].name} could not be scheduled on node {stuck[0].assigned} "
-                                         f"for {waited:.0f}s ({stuck[0].unschedulable_message or 'Unschedulable'})")
+                                         f"for {waited:.0f}s ({stuck[0].unschedulable_message or UNSCHEDULABLE})")
             self.plan.requeue(ctx.schedule_timeout - waited)
         if g.admitted_at is None:
             return None
