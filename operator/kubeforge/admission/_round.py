@@ -10,11 +10,11 @@ from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
-from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
+from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import (
-    INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, UNSCHEDULABLE, WAITING_FOR_CAPACITY, Key, PlacementRecord,
-    gpu_request_conflict,
+    INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
+    Key, PlacementRecord, gpu_request_conflict,
 )
 from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType, DeviceAllocation
 from kubeforge.objects import (
     EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, InferenceServiceRecord, Key, Node,
-    PENDING, TERMINAL_JOB_PHASES, PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key,
+    PENDING, PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key,
     placement_of, with_devices,
 )
 

@@ -16,8 +16,8 @@ from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext
 from kubeforge.lifecycle._stop import back_to_admission, fail_job, stop_gang
 from kubeforge.objects import (
     ADMITTED, CREATE_FAILED, INVALID_SPEC, NORMAL, PENDING, PLACEMENT_LOST, READY, RUNNING, SPEC_CHANGED,
-    STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, VOLUME_NOT_BOUND, WARNING, Pod,
-    status_time,
+    STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, VOLUME_NOT_BOUND, WARNING,
+    Pod, status_time,
 )
 from kubeforge.placement import node_misfit
 

@@ -168,8 +168,8 @@ async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: Servic
         except ApiError as e:
             if e.transient:
                 raise
-            await _not_ready(rt, rec, refusal_reason(e.code), f"the API server refused Service {name} (HTTP {e.code}): {e.message}",
-                             time.time())
+            await _not_ready(rt, rec, refusal_reason(e.code),
+                             f"the API server refused Service {name} (HTTP {e.code}): {e.message}", time.time())
             return False
         mem.service_made = True
     if rt.cache.deployment(rec.key) is not None:
