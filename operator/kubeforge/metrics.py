@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from kubeforge.objects import PREEMPTION_REASONS, STARTUP_FAILURE_REASONS
+
 RECONCILES = Counter("kubeforge_reconciles_total", "Reconciles by kind and result (success, error).", ["kind", "result"])
 RECONCILE_SECONDS = Histogram(
     "kubeforge_reconcile_duration_seconds", "Reconcile duration by kind, seconds.", ["kind"],
@@ -45,9 +47,9 @@ def serve(port: int, addr: str = "0.0.0.0") -> None:
         RECONCILE_SECONDS.labels(kind=kind)
     for direction in ("up", "down", "hold"):
         AUTOSCALER_DECISIONS.labels(direction=direction)
-    for reason in ("PreemptedByHigherPriority", "QuotaReclaimed"):
+    for reason in PREEMPTION_REASONS:
         PREEMPTIONS.labels(reason=reason)
-    for reason in ("StartupTimeout", "PlacementLost", "CreateFailed", "Unschedulable", "VolumeNotBound"):
+    for reason in STARTUP_FAILURE_REASONS:
         STARTUP_FAILURES.labels(reason=reason)
     LEADER.set(0)
     start_http_server(port, addr=addr)

@@ -18,9 +18,10 @@ from kubeforge.admission._request import (
 )
 from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, preemption_message, quota_book, victim_order
 from kubeforge.admission._round import Preempt
+from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
-    TERMINAL_JOB_PHASES, AssumedGroup, JobView, Snapshot, is_dra_pool, pool_capacity_type, pool_resource, same_gpus,
+    AssumedGroup, JobView, Snapshot, is_dra_pool, pool_capacity_type, pool_resource, same_gpus,
 )
 
 __all__ = [

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, Snapshot, pool_resource, same_gpus
-from kubeforge.objects import dra_key, groups_of, is_dra_key, rank_gpus
+from kubeforge.admission._snapshot import Snapshot, pool_resource, same_gpus
+from kubeforge.objects import TERMINAL_JOB_PHASES, dra_key, groups_of, is_dra_key, rank_gpus
 
 WorkloadKey = tuple[str, str, str]
 """(kind, namespace, name): ``("TrainingJob", ns, name)``, ``("InferenceService", ns, name)``,

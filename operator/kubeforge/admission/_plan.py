@@ -25,7 +25,9 @@ from kubeforge.admission._request import gang_request, group_request, group_shap
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
 from kubeforge.objects import (
-    BLOCKED_UNTIL_SPEC_CHANGES, InferenceServiceRecord, Key, condition, condition_time, groups_of, status_time,
+    ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, FAILED, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
+    TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY, InferenceServiceRecord, Key, condition, condition_time,
+    groups_of, status_time,
 )
 from kubeforge.admission._ordering import entry_order, service_order
 from kubeforge.placement import PendingGang, Placement, place_gang
@@ -50,7 +52,7 @@ class AdmissionPlan:
 
     Attributes:
         admit: Gangs placed this round.
-        wait: Gangs that wait, with the reason (a preempting gang waits too, ``Preempting``).
+        wait: Gangs that wait, with the reason (a preempting gang waits too, :data:`~kubeforge.objects.PREEMPTING`).
         preempt: Gangs that preempt others, with their victims and nominated GPUs.
         groups: Serving replica groups given nodes.
         serving_waits: Services with groups that found no room, with (reason, message).
@@ -123,12 +125,12 @@ def awaiting_admission(job: JobView, now: float) -> bool:
     rec = job.record
     if rec.deleting or rec.spec is None or rec.spec.suspend:
         return False
-    if job.phase in ("Succeeded", "Failed") or job.placement is not None:
+    if job.phase in TERMINAL_JOB_PHASES or job.placement is not None:
         return False
     not_before = status_time(job.status, "restartNotBefore")
     if not_before is not None and not_before > now:
         return False
-    adm = condition(job.status, "Admitted")
+    adm = condition(job.status, ADMITTED)
     if adm and adm.get("status") == "False" and adm.get("reason") in BLOCKED_UNTIL_SPEC_CHANGES \
             and adm.get("observedGeneration") == rec.generation:
         return False
@@ -137,9 +139,9 @@ def awaiting_admission(job: JobView, now: float) -> bool:
 
 def queued_since(job: JobView) -> float:
     """When the job started waiting: the last time ``Admitted`` turned False, else creation."""
-    adm = condition(job.status, "Admitted")
+    adm = condition(job.status, ADMITTED)
     if adm and adm.get("status") == "False":
-        return condition_time(job.status, "Admitted") or job.record.created
+        return condition_time(job.status, ADMITTED) or job.record.created
     return job.record.created
 
 
@@ -174,14 +176,14 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     ck = spec.checkpoint
     if ck.existing_claim_name:
         if (ns, ck.existing_claim_name) not in snapshot.claims:
-            return Wait(job.key, "ClaimNotFound",
+            return Wait(job.key, CLAIM_NOT_FOUND,
                         f"checkpoint.existingClaimName: PersistentVolumeClaim {ck.existing_claim_name!r} "
                         f"does not exist in namespace {ns}")
         return None
     if (ns, pvc_name(job.record.name)) in snapshot.claims:
         return None  # made earlier (a restart): it exists, whatever its class
     if ck.storage_class_name and ck.storage_class_name not in snapshot.storage_classes:
-        return Wait(job.key, "StorageClassNotFound",
+        return Wait(job.key, STORAGE_CLASS_NOT_FOUND,
                     f"checkpoint.storageClassName: StorageClass {ck.storage_class_name!r} does not exist")
     return None
 
@@ -192,7 +194,7 @@ def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]
     their index and count; draining ones are on their way out)."""
     groups = groups_of(svc.status)
     assumed = {i for (k, i) in snapshot.assumed_groups if k == svc.key}
-    waiting = [g.index for g in groups if not g.nodes and g.phase != "Failed" and g.index not in assumed]
+    waiting = [g.index for g in groups if not g.nodes and g.phase != FAILED and g.index not in assumed]
     active = sum(1 for g in groups if g.draining_since is None) + len(assumed - {g.index for g in groups})
     want = max(0, int(svc.status.get("desiredReplicas") or 0) - active)
     used = {g.index for g in groups} | assumed
@@ -236,7 +238,7 @@ def _place_groups(plan: AdmissionPlan, snapshot: Snapshot, taken: dict[str, dict
                 permanent = permanent and result.permanent
                 notes.append(f"pool {pool}: {result.reason}" if len(svc.spec.pools) > 1 else result.reason)
             if not placed:
-                reason = "Unschedulable" if permanent else "WaitingForCapacity"
+                reason = UNSCHEDULABLE if permanent else WAITING_FOR_CAPACITY
                 plan.serving_waits[svc.key] = (reason, "; ".join(dict.fromkeys(notes)))
                 break  # the next group of this service would not fit either
 
@@ -272,7 +274,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 # One malformed template must never stop admission for the whole cluster: the
                 # job waits (InvalidSpec, until its spec changes) and the round goes on.
-                plan.wait.append(Wait(job.key, "InvalidSpec", f"the pod template cannot be placed: {e}"))
+                plan.wait.append(Wait(job.key, INVALID_SPEC, f"the pod template cannot be placed: {e}"))
                 continue
             by_key[k] = job
             queue.append(PendingGang(k, request, job.record.spec.priority,  # type: ignore[union-attr]
@@ -299,7 +301,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         if isinstance(decision, Preempt):
             plan.preempt.append(decision)
             names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in decision.victims)
-            decision = Wait(job.key, "Preempting", f"preempting {names} in pool {decision.pool}; "
+            decision = Wait(job.key, PREEMPTING, f"preempting {names} in pool {decision.pool}; "
                             "admitted once their GPUs are free")
         (plan.admit if isinstance(decision, Admit) else plan.wait).append(decision)  # type: ignore[arg-type]
     memo.waits = waits

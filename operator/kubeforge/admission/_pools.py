@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
+from kubeforge.api import LevelSource
 from kubeforge.objects import Node, PoolRecord
 from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, detect_levels, node_info, place_gang, with_paths
 from kubeforge.selectors import selector_matches
@@ -67,10 +68,10 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
                   for n in pool_members(pool, nodes))
     if pool.spec is not None and pool.spec.topology_levels:
         levels = tuple(TopologyLevel(lv.name, lv.node_label) for lv in pool.spec.topology_levels)
-        source = "Spec"
+        source = LevelSource.SPEC.value
     else:
         levels = tuple(detect_levels(infos))
-        source = "Detected"
+        source = LevelSource.DETECTED.value
     infos = tuple(with_paths(infos, levels))
     price = pool.spec.price_per_gpu_hour if pool.spec else None
     return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price)

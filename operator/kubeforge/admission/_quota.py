@@ -40,14 +40,18 @@ from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._snapshot import JobView
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, PreemptionPolicy
-from kubeforge.objects import Key, PoolRecord, condition_time, rank_gpus, status_time
+from kubeforge.objects import (
+    ADMITTED, PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED, Key, PoolRecord, condition_time, rank_gpus, status_time,
+)
 from kubeforge.placement import GangRequest, Placement, place_gang
 
 UNLISTED = "*"
 """The team of namespaces that are in no quota of a pool: nominal 0, borrowing only."""
 
-HIGHER_PRIORITY = "PreemptedByHigherPriority"
-QUOTA_RECLAIM = "QuotaReclaimed"
+HIGHER_PRIORITY = PREEMPTED_BY_HIGHER_PRIORITY
+"""A victim of a higher-priority job of its own team (the ``Preempted`` reason)."""
+QUOTA_RECLAIM = QUOTA_RECLAIMED
+"""A victim whose borrowing team gives GPUs back to a team within its nominal quota."""
 
 
 @dataclass
@@ -166,7 +170,7 @@ def checkpoint_age(job: JobView, now: float) -> float:
     if job.record.spec is None or job.placement is None:
         return 0.0
     since = status_time(job.status.get("lastCheckpoint") or {}, "time")
-    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, "Admitted") or now
+    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED) or now
     since = max(since or start, start)
     return max(0.0, now - since)
 
@@ -186,7 +190,7 @@ def victim_order(candidates: Sequence[tuple[JobView, str]], now: float) -> list[
 def run_time(job: JobView, now: float) -> float:
     """Seconds the gang's current run has lasted: since its placement was made
     (``status.placement.admittedAt``, else the ``Admitted`` condition); 0 when unknown."""
-    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, "Admitted")
+    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED)
     return max(0.0, now - start) if start is not None else 0.0
 
 

@@ -10,9 +10,12 @@ from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
-from kubeforge.admission._snapshot import TERMINAL_JOB_PHASES, JobView, Snapshot, pool_resource
+from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
-from kubeforge.objects import Key, PlacementRecord, gpu_request_conflict
+from kubeforge.objects import (
+    INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
+    Key, PlacementRecord, gpu_request_conflict,
+)
 from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
 
 
@@ -27,7 +30,9 @@ class Admit:
 
 @dataclass(frozen=True)
 class Wait:
-    """A gang that waits, and why (reason: CamelCase for the ``Admitted`` condition)."""
+    """A gang that waits, and why: ``reason`` is the ``Admitted=False`` reason (a constant of
+    :mod:`kubeforge.objects`: :data:`~kubeforge.objects.PREEMPTING`,
+    :data:`~kubeforge.objects.WAITING_FOR_CAPACITY`...), ``message`` the text for people."""
 
     key: Key
     reason: str
@@ -113,11 +118,13 @@ class Round:
         self._add(view.resource, by_node)
         # Its victims still hold their GPUs (checkpointing in their grace period): wait for
         # them, never pick more.
-        return Wait(job.key, "Preempting", f"waiting for the GPUs of the jobs it preempted in pool {pool} to be freed")
+        return Wait(job.key, PREEMPTING, f"waiting for the GPUs of the jobs it preempted in pool {pool} to be freed")
 
     def _place(self, job: JobView, request: GangRequest, pools: list[str], allowed: list[str]) -> Admit | Wait | Preempt:
         ns = job.record.namespace
         notes: list[str] = []
+        missing = 0  # notes that say a pool does not exist
+        over_quota = False  # a pool's quota refused the gang
         permanent_everywhere = True
         tried: list[str] = []
         start = pools.index(allowed[0])
@@ -128,16 +135,18 @@ class Round:
             tried.append(name)
             view = self.views.get(name)
             if view is None:
+                missing += 1
                 notes.append(f"GPUPool {name!r} does not exist")
                 continue
             spec = job.record.spec
             conflict = gpu_request_conflict(spec.template.spec, spec.gpus_per_replica, view.resource)  # type: ignore[union-attr]
             if conflict:
-                return Wait(job.key, "InvalidSpec", conflict)
+                return Wait(job.key, INVALID_SPEC, conflict)
             req = self._request(job, request, view)
             refusal = self.books[name].refusal(ns, req.gpus)
             if refusal:
                 permanent_everywhere = False
+                over_quota = True
                 notes.append(f"pool {name}: {refusal}" if len(pools) > 1 else refusal)
                 continue
             result = place_gang(req, view.nodes, view.levels, self.taken[view.resource])
@@ -152,11 +161,11 @@ class Round:
             pre = self._preempt(job, self._request(job, request, view), name) if view else None
             if pre is not None:
                 return pre
-        if all(n.startswith("GPUPool ") for n in notes):
-            return Wait(job.key, "PoolNotFound", "; ".join(notes))
-        if any("quota " in n for n in notes) and not permanent_everywhere:
-            return Wait(job.key, "QuotaExceeded", "; ".join(notes))
-        reason = "Unschedulable" if permanent_everywhere and tried and tried[-1] == pools[-1] else "WaitingForCapacity"
+        if missing == len(notes):
+            return Wait(job.key, POOL_NOT_FOUND, "; ".join(notes))
+        if over_quota:
+            return Wait(job.key, QUOTA_EXCEEDED, "; ".join(notes))
+        reason = UNSCHEDULABLE if permanent_everywhere and tried and tried[-1] == pools[-1] else WAITING_FOR_CAPACITY
         return Wait(job.key, reason, "; ".join(notes))
 
     @staticmethod

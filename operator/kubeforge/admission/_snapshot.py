@@ -8,10 +8,9 @@ from typing import Any, Mapping, Sequence
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType, DeviceAllocation
 from kubeforge.objects import (
     EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, InferenceServiceRecord, Key, Node,
-    PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key, placement_of, with_devices,
+    PENDING, PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key,
+    placement_of, with_devices,
 )
-
-TERMINAL_JOB_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class JobView:
 
     @property
     def phase(self) -> str:
-        return str(self.status.get("phase") or "Pending")
+        return str(self.status.get("phase") or PENDING)
 
 
 @dataclass(frozen=True)

@@ -7,22 +7,20 @@ from typing import Any
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.builders.common import set_condition
+from kubeforge.api import LevelSource
+from kubeforge.objects import (
+    INVALID_SPEC, LEVEL_LABEL_MISSING, LEVELS_DETECTED, LEVELS_FOUND, NO_NODES, NO_USABLE_NODES, NODES_READY, READY,
+    TOPOLOGY_READY,
+)
 from kubeforge.placement import GpuCounts, detect_levels, summarize_pool
 
 MAX_WORKLOADS = 4096  # the CRD's bound on status.workloads
-
-NO_NODES = "NoNodes"
-"""``Ready=False``: the selector matches no node, or none of the matched nodes has the pool's
-GPU resource (a typo in ``gpuResourceName``, or the device plugin is not running)."""
-LEVEL_LABEL_MISSING = "LevelLabelMissing"
-"""``TopologyReady=False``: a level of ``spec.topologyLevels`` names a label no node of the pool
-carries; gangs that ask for that level cannot be placed."""
 
 
 def _ready(view: PoolView, nodes_usable: int, nodes_total: int, free: int) -> tuple[bool, str, str]:
     rec = view.record
     if rec.spec is None:  # say what is wrong, not "matches no node" (an invalid selector selects nothing)
-        return False, "InvalidSpec", rec.spec_error or "invalid spec"
+        return False, INVALID_SPEC, rec.spec_error or "invalid spec"
     if not view.nodes:
         return False, NO_NODES, "nodeSelector matches no node"
     if not any(n.gpus_capacity for n in view.nodes):
@@ -30,17 +28,17 @@ def _ready(view: PoolView, nodes_usable: int, nodes_total: int, free: int) -> tu
         return False, NO_NODES, (
             f"nodeSelector matches {len(view.nodes)} nodes but none of them has {view.resource} (gpuResourceName)"
             + (f"; they offer {', '.join(others[:5])}" if others else "; they offer no extended resource"))
-    return (nodes_usable > 0, "NodesReady" if nodes_usable else "NoUsableNodes",
+    return (nodes_usable > 0, NODES_READY if nodes_usable else NO_USABLE_NODES,
             f"{nodes_usable} of {nodes_total} nodes usable; {free} GPUs free")
 
 
 def _topology(view: PoolView) -> tuple[bool, str, str]:
-    if view.levels_source != "Spec":
+    if view.levels_source != LevelSource.SPEC.value:
         names = ", ".join(f"{lv.name} ({lv.node_label})" for lv in view.levels) or "none"
-        return True, "LevelsDetected", f"levels detected from node labels: {names}"
+        return True, LEVELS_DETECTED, f"levels detected from node labels: {names}"
     missing = [lv for lv in view.levels if not any(lv.node_label in n.labels for n in view.nodes)]
     if not missing or not view.nodes:
-        return True, "LevelsFound", "every level of spec.topologyLevels is on the pool's nodes"
+        return True, LEVELS_FOUND, "every level of spec.topologyLevels is on the pool's nodes"
     detected = ", ".join(f"{lv.name} ({lv.node_label})" for lv in detect_levels(view.nodes)) or "none"
     what = "; ".join(f"level {lv.name}: no node of the pool carries label {lv.node_label}" for lv in missing)
     return False, LEVEL_LABEL_MISSING, (
@@ -69,9 +67,9 @@ def pool_status(view: PoolView, ledger: Ledger, now: float, quotas: list[dict[st
     old = rec.status or {}
     gen = rec.generation
     ok, reason, message = _ready(view, s.nodes_usable, s.nodes_total, s.gpus.free)
-    conds = set_condition(old.get("conditions"), "Ready", ok, reason, message, now, gen)
+    conds = set_condition(old.get("conditions"), READY, ok, reason, message, now, gen)
     ok, reason, message = _topology(view)
-    conds = set_condition(conds, "TopologyReady", ok, reason, message, now, gen)
+    conds = set_condition(conds, TOPOLOGY_READY, ok, reason, message, now, gen)
     names = {n.name for n in view.nodes}
     workloads = []
     for (kind, ns, name), per_node in sorted(ledger.per_workload.items()):

@@ -6,7 +6,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from kubeforge.lifecycle._plan import GPU_HOURS_FOLD_SECONDS, StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.objects import Pod
+from kubeforge.objects import CHECKPOINT_REPORTED, NORMAL, Pod
 
 
 def fold_running(d: StatusDraft, ctx: TrainingContext, *, end: bool) -> None:
@@ -74,7 +74,7 @@ def report_checkpoint(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) 
     last: Mapping[str, Any] = d.get("lastCheckpoint") or {}
     if ck and ck["step"] > int(last.get("step", -1) if last.get("step") is not None else -1):
         d.set(lastCheckpoint=ck)
-        plan.events.append(("Normal", "CheckpointReported", f"checkpoint step {ck['step']} at {ck['path']}"))
+        plan.events.append((NORMAL, CHECKPOINT_REPORTED, f"checkpoint step {ck['step']} at {ck['path']}"))
 
 
 def backoff(base: float, cap: float, count: int) -> float:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from kubeforge.lifecycle._plan import WAIT_MESSAGE_REFRESH_SECONDS, StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.objects import condition
+from kubeforge.objects import (
+    ADMITTED, NORMAL, NOT_ADMITTED, PENDING, PLACED, PREEMPTING, READY, RESTARTING, WARNING, condition,
+)
 
 
 def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
@@ -17,17 +19,14 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
     """
     if ctx.assumed is not None:
         pl = ctx.assumed
-        d.set(placement={
-            "pool": pl.pool, "level": pl.level, "domain": pl.domain, "nodes": list(pl.nodes),
-            "reason": pl.reason, "admittedAt": d.stamp(ctx.now), "specHash": ctx.spec_hash,
-        }, restartNotBefore=None, attempt=d.attempt)
+        d.set(placement=pl.to_status(d.stamp(ctx.now), ctx.spec_hash), restartNotBefore=None, attempt=d.attempt)
         if not d.get("restarts"):
             d.set(restarts=d.restarts)  # all three counters on record from the first admission
-        if d.phase != "Restarting":
-            d.set(phase="Pending")
-        d.condition("Admitted", True, "Placed", pl.reason)
+        if d.phase != RESTARTING:
+            d.set(phase=PENDING)
+        d.condition(ADMITTED, True, PLACED, pl.reason)
         where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
-        plan.events.append(("Normal", "Admitted", f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}"))
+        plan.events.append((NORMAL, ADMITTED, f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}"))
         plan.forget_assumed = True
         return False
     if not d.old and ctx.waiting is None:
@@ -35,20 +34,20 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
         # waits) queues this job again within a round and is written with phase Pending then.
         # Writing phase Pending alone now would cost every gang one more status write.
         return True
-    if d.get("phase") not in ("Pending", "Restarting"):
-        d.set(phase="Pending")
+    if d.get("phase") not in (PENDING, RESTARTING):
+        d.set(phase=PENDING)
     not_before = d.time("restartNotBefore")
     if not_before is not None and not_before > ctx.now:
         plan.requeue(not_before - ctx.now)
     if ctx.waiting is not None:
         reason, message = ctx.waiting
-        old = condition(d.old, "Admitted")
+        old = condition(d.old, ADMITTED)
         same = bool(old and old.get("status") == "False" and old.get("reason") == reason)
         fresh = old is not None and old.get("message") == message
         if not same or (not fresh and ctx.now - ctx.last_wait_write >= WAIT_MESSAGE_REFRESH_SECONDS):
-            d.condition("Admitted", False, reason, message)
+            d.condition(ADMITTED, False, reason, message)
             plan.wrote_wait = True
             if not same:
-                d.condition("Ready", False, "NotAdmitted", "waiting for admission")
-                plan.events.append(("Normal" if reason == "Preempting" else "Warning", reason, message))
+                d.condition(READY, False, NOT_ADMITTED, "waiting for admission")
+                plan.events.append((NORMAL if reason == PREEMPTING else WARNING, reason, message))
     return True

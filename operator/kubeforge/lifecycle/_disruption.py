@@ -22,11 +22,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from kubeforge.lifecycle._outcome import rejected_by_kubelet
-from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.lifecycle._stop import stop_gang
-from kubeforge.objects import Pod, interruption_reason, not_ready_wait
+from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._stop import fail_job, stop_gang
+from kubeforge.objects import (
+    ADMITTED, PREEMPTED, PREEMPTION_LIMIT_EXCEEDED, READY, RESTARTING, RUNNING, WARNING, Pod, interruption_reason,
+    not_ready_wait,
+)
 
 EVICTION_REASONS = ("Evicted", "Preempting")
+"""A failed pod's ``status.reason`` when the kubelet evicted it (node pressure) or preempted it for
+a critical pod: Kubernetes' words, not kubeforge's."""
 
 
 def disruption_reasons(d: StatusDraft, ctx: TrainingContext, current: Sequence[Pod], plan: TrainingPlan) -> list[str]:
@@ -39,11 +44,11 @@ def disruption_reasons(d: StatusDraft, ctx: TrainingContext, current: Sequence[P
             reasons.append(f"pod {p.name}: DisruptionTarget ({p.disruption})")
         elif p.phase == "Failed" and p.reason in EVICTION_REASONS:
             reasons.append(f"pod {p.name} {p.reason}")
-        elif d.phase == "Running" and rejected_by_kubelet(p):  # e.g. after a kubelet restart
+        elif d.phase == RUNNING and rejected_by_kubelet(p):  # e.g. after a kubelet restart
             reasons.append(f"pod {p.name} refused by the kubelet ({p.reason})")
         elif p.deleting and not p.terminal:
             reasons.append(f"pod {p.name} deleted")
-    if d.phase == "Running":
+    if d.phase == RUNNING:
         reasons += [f"rank {r}'s pod disappeared from the running gang" for r in range(d.spec.replicas) if r not in ranks]
     pl = d.placement
     for node in sorted(set(pl.nodes) if pl else ()):
@@ -62,29 +67,25 @@ def disruption_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, 
     """Restart the gang as a preemption when it is disrupted (unless every worker already
     succeeded); past ``maxPreemptions`` the job is Failed (``PreemptionLimitExceeded``)."""
     reasons = disruption_reasons(d, ctx, current, plan)
-    why = "Preempted"
+    why = PREEMPTED
     if ctx.preempted_by is not None and d.placement is not None:
         why, message = ctx.preempted_by
         reasons = [message] + reasons
     done = len(current) == d.spec.replicas and all(p.phase == "Succeeded" for p in current)
     if not reasons or done:
         return False
-    restarts = d.restarts
-    restarts["preemptions"] += 1
+    count = d.count(RestartCause.PREEMPTION)  # the last one counts, even past the limit
     msg = "; ".join(reasons[:5])
     limit = d.spec.failure_policy.max_preemptions
-    d.set(restarts=restarts)
-    if restarts["preemptions"] > limit:
-        why = f"preempted {restarts['preemptions']} times, more than maxPreemptions {limit}: {msg}"
-        d.condition("Failed", True, "PreemptionLimitExceeded", why)
-        d.condition("Running", False, "Failed", why)
-        d.condition("Ready", False, "Failed", why)
-        stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", why))
+    if count > limit:
+        fail_job(d, ctx, plan, reason=PREEMPTION_LIMIT_EXCEEDED,
+                 message=f"preempted {count} times, more than maxPreemptions {limit}: {msg}")
         return True
-    d.condition("Preempted", True, why, msg)
-    d.condition("Running", False, "Preempted", "gang stopped to checkpoint and move")
-    d.condition("Ready", False, "Preempted", "gang stopped to checkpoint and move")
-    d.condition("Admitted", False, "Preempted", "waiting to be placed again away from the lost nodes")
-    stop_gang(d, ctx, plan, phase="Restarting",
-              event=("Warning", "Preempted", f"restarting the gang (preemption {restarts['preemptions']}): {msg}"))
+    plan.restart = RestartCause.PREEMPTION
+    d.condition(PREEMPTED, True, why, msg)
+    d.condition(RUNNING, False, PREEMPTED, "gang stopped to checkpoint and move")
+    d.condition(READY, False, PREEMPTED, "gang stopped to checkpoint and move")
+    d.condition(ADMITTED, False, PREEMPTED, "waiting to be placed again away from the lost nodes")
+    stop_gang(d, ctx, plan, phase=RESTARTING,
+              event=(WARNING, PREEMPTED, f"restarting the gang (preemption {count}): {msg}"))
     return True

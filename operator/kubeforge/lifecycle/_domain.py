@@ -20,24 +20,18 @@ from __future__ import annotations
 
 from kubeforge.builders.training import compute_domain_name
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.objects import condition
+from kubeforge.objects import (
+    COMPUTE_DOMAIN_PENDING, COMPUTE_DOMAIN_READY, GANG_NOT_PLACED, IMEX_DAEMONS_NOT_READY, IMEX_DAEMONS_READY, PENDING,
+    RESTARTING,
+)
 
-COMPUTE_DOMAIN_READY = "ComputeDomainReady"
-IMEX_DAEMONS_READY = "IMEXDaemonsReady"
-"""``ComputeDomainReady=True``: every node of the placement runs a Ready IMEX daemon of the domain."""
-IMEX_DAEMONS_NOT_READY = "IMEXDaemonsNotReady"
-"""``ComputeDomainReady=False``: the domain exists, some node's IMEX daemon is not Ready yet."""
-COMPUTE_DOMAIN_PENDING = "ComputeDomainPending"
-"""``ComputeDomainReady=False``: the domain is being created."""
-GANG_NOT_PLACED = "GangNotPlaced"
-"""``ComputeDomainReady=False``: the gang holds no placement (restarting, suspended, finished)."""
 DOMAIN_RECHECK_SECONDS = 5.0
 """A gang whose domain is not Ready is looked at again at least this often (the domains' watch
 wakes it sooner)."""
 
 
 def _set(d: StatusDraft, status: bool, reason: str, message: str) -> None:
-    old = condition({"conditions": d.get("conditions")}, COMPUTE_DOMAIN_READY)
+    old = d.current_condition(COMPUTE_DOMAIN_READY)
     if old and old.get("status") == ("True" if status else "False") and old.get("reason") == reason \
             and old.get("message") == message:
         return
@@ -49,7 +43,7 @@ def compute_domain_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPl
     on the placement they leave."""
     pl = d.placement
     wanted = compute_domain_name(d.job.name, ctx.domain_cliques) if pl is not None and ctx.domain_cliques else None
-    waiting = pl is None and d.phase in ("Pending", "Restarting") and not d.spec.suspend and not d.job.deleting
+    waiting = pl is None and d.phase in (PENDING, RESTARTING) and not d.spec.suspend and not d.job.deleting
     stale = [cd.name for cd in ctx.compute_domains if cd.name != wanted and not waiting]
     if stale:
         # Pods that may still hold a stale domain's channel: with no domain wanted, any pod left;
@@ -61,7 +55,7 @@ def compute_domain_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPl
         else:
             plan.release_compute_domains = sorted(stale)
     if wanted is None:
-        if pl is None and condition({"conditions": d.get("conditions")}, COMPUTE_DOMAIN_READY):
+        if pl is None and d.current_condition(COMPUTE_DOMAIN_READY):
             _set(d, False, GANG_NOT_PLACED, "the gang holds no placement")
         return
     cd = next((c for c in ctx.compute_domains if c.name == wanted and not c.deleting), None)

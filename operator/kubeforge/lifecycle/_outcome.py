@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from kubeforge.lifecycle._accounting import backoff
-from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.lifecycle._stop import stop_gang
-from kubeforge.objects import Pod
+from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._stop import fail_job, stop_gang
+from kubeforge.objects import (
+    ADMITTED, ALL_WORKERS_SUCCEEDED, BACKOFF, BACKOFF_LIMIT_EXCEEDED, NORMAL, READY, RESTARTING, RUNNING, SUCCEEDED,
+    WARNING, WORKER_FAILED, Pod,
+)
 
 KUBELET_REJECTIONS = ("NodeAffinity", "NodeSelectorMismatching", "UnexpectedAdmissionError", "Taint")
 """``status.reason`` of a pod the kubelet refused at admission (with ``OutOf<resource>``): the
@@ -31,22 +34,20 @@ def failure_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     first = failed[0]
     why = f"pod {first.name} (rank {first.rank}) failed with exit code {first.exit_code}"
     fp = d.spec.failure_policy
-    restarts = d.restarts
-    if restarts["failures"] >= fp.max_restarts:
-        msg = f"{why}; {restarts['failures']} restarts used of maxRestarts {fp.max_restarts}"
-        d.condition("Failed", True, "BackoffLimitExceeded", msg)
-        d.condition("Running", False, "Failed", why)
-        d.condition("Ready", False, "Failed", why)
-        stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", f"{why}; maxRestarts {fp.max_restarts} reached"))
+    used = d.restarts_of(RestartCause.FAILURE)
+    if used >= fp.max_restarts:
+        fail_job(d, ctx, plan, reason=BACKOFF_LIMIT_EXCEEDED,
+                 message=f"{why}; {used} restarts used of maxRestarts {fp.max_restarts}",
+                 summary=why, event=f"{why}; maxRestarts {fp.max_restarts} reached")
         return True
-    restarts["failures"] += 1
-    d.set(restarts=restarts)
-    delay = backoff(fp.backoff_seconds, fp.max_backoff_seconds, restarts["failures"])
-    d.condition("Running", False, "WorkerFailed", f"{why}; restart {restarts['failures']}/{fp.max_restarts} in {delay:.0f}s")
-    d.condition("Ready", False, "WorkerFailed", why)
-    d.condition("Admitted", False, "Backoff", f"restarting after {delay:.0f}s backoff")
-    stop_gang(d, ctx, plan, phase="Restarting", not_before=ctx.now + delay,
-              event=("Warning", "WorkerFailed", f"{why}; restarting the gang in {delay:.0f}s ({restarts['failures']}/{fp.max_restarts})"))
+    count = d.count(RestartCause.FAILURE)
+    plan.restart = RestartCause.FAILURE
+    delay = backoff(fp.backoff_seconds, fp.max_backoff_seconds, count)
+    d.condition(RUNNING, False, WORKER_FAILED, f"{why}; restart {count}/{fp.max_restarts} in {delay:.0f}s")
+    d.condition(READY, False, WORKER_FAILED, why)
+    d.condition(ADMITTED, False, BACKOFF, f"restarting after {delay:.0f}s backoff")
+    stop_gang(d, ctx, plan, phase=RESTARTING, not_before=ctx.now + delay,
+              event=(WARNING, WORKER_FAILED, f"{why}; restarting the gang in {delay:.0f}s ({count}/{fp.max_restarts})"))
     return True
 
 
@@ -57,8 +58,8 @@ def success_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     if not (len(current) == replicas and all(p.phase == "Succeeded" for p in current)):
         return False
     msg = f"all {replicas} workers succeeded"
-    d.condition("Succeeded", True, "AllWorkersSucceeded", msg)
-    d.condition("Running", False, "Succeeded", "finished")
-    d.condition("Ready", False, "Succeeded", "finished")
-    stop_gang(d, ctx, plan, phase="Succeeded", final=True, event=("Normal", "Succeeded", msg))
+    d.condition(SUCCEEDED, True, ALL_WORKERS_SUCCEEDED, msg)
+    d.condition(RUNNING, False, SUCCEEDED, "finished")
+    d.condition(READY, False, SUCCEEDED, "finished")
+    stop_gang(d, ctx, plan, phase=SUCCEEDED, final=True, event=(NORMAL, SUCCEEDED, msg))
     return True

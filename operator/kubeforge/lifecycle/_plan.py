@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.common import rfc3339, set_condition
 from kubeforge.objects import (
-    ComputeDomainView, DEFAULT_NOT_READY_GRACE, Node, PlacementRecord, Pod, TrainingJobRecord, current_attempt, placement_of,
-    status_time,
+    ComputeDomainView, DEFAULT_NOT_READY_GRACE, NEEDS_SPEC_CHANGE_CODES, PENDING, Node, PlacementRecord, Pod,
+    TrainingJobRecord, condition, current_attempt, placement_of, status_time,
 )
 from kubeforge.placement import GangRequest, NodeInfo
 
@@ -49,7 +50,20 @@ class CreateError:
     @property
     def needs_spec_change(self) -> bool:
         """422 Invalid and 400 BadRequest: only an edit of the spec can fix the object."""
-        return self.code in (400, 422)
+        return self.code in NEEDS_SPEC_CHANGE_CODES
+
+
+class RestartCause(Enum):
+    """Why a plan stops the gang to run it again, as counted: each value is the counter of
+    ``status.restarts`` the restart moves (and the metric the runtime counts it in)."""
+
+    FAILURE = "failures"
+    """A worker failed: ``kubeforge_failure_restarts_total``."""
+    PREEMPTION = "preemptions"
+    """A disruption (a preemption, an eviction, a lost node): ``kubeforge_preemption_restarts_total``."""
+    STARTUP = "startupFailures"
+    """The gang failed to start: ``kubeforge_startup_failures_total``, by
+    :attr:`TrainingPlan.startup_failure`."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,10 @@ class TrainingPlan:
             absent, or None.
         release_compute_domains: ComputeDomains to release: kubeforge's finalizer removed, then
             deleted.
+        restart: Why the gang is stopped to run again, when the plan counts a restart (a
+            stop that ends the job, or that counts nothing such as a spec change, leaves it None).
+        startup_failure: The reason of a failed start (with ``restart`` STARTUP): one of
+            :data:`kubeforge.objects.STARTUP_FAILURE_REASONS`, or a stuck container's own reason.
     """
 
     status: dict[str, Any] | None = None
@@ -152,6 +170,8 @@ class TrainingPlan:
     wrote_wait: bool = False
     compute_domain: tuple[str, tuple[str, ...]] | None = None
     release_compute_domains: list[str] = field(default_factory=list)
+    restart: RestartCause | None = None
+    startup_failure: str | None = None
 
     def requeue(self, seconds: float) -> None:
         """Ask for a reconcile in ``seconds`` at the latest."""
@@ -176,22 +196,31 @@ class StatusDraft:
 
     @property
     def spec(self) -> TrainingJobSpec:
+        """The job's parsed spec (a draft is only made for a valid one)."""
         assert self.job.spec is not None
         return self.job.spec
 
     def get(self, name: str, default: Any = None) -> Any:
+        """The status field ``name`` as this decision leaves it so far."""
         return self.patch[name] if name in self.patch else self.old.get(name, default)
 
     def set(self, **fields: Any) -> None:
+        """Write status fields (None clears one in the merge patch)."""
         self.patch.update(fields)
 
+    def current_condition(self, type_: str) -> Mapping[str, Any] | None:
+        """The condition of ``type_`` as this decision leaves it so far, or None."""
+        return condition({"conditions": self.get("conditions")}, type_)
+
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        """Set the condition ``type_`` (``status`` True/False) with ``reason`` and ``message``."""
         self.patch["conditions"] = set_condition(self.get("conditions"), type_, status, reason, message,
                                                  self.now, self.job.generation)
 
     @property
     def phase(self) -> str:
-        return str(self.get("phase") or "Pending")
+        """``status.phase`` so far (Pending when unset)."""
+        return str(self.get("phase") or PENDING)
 
     @property
     def attempt(self) -> int:
@@ -201,16 +230,30 @@ class StatusDraft:
 
     @property
     def placement(self) -> PlacementRecord | None:
+        """``status.placement`` so far, or None."""
         return placement_of({"placement": self.get("placement")})
 
     @property
     def restarts(self) -> dict[str, int]:
+        """``status.restarts`` with every counter present (a copy: :meth:`count` moves one)."""
         r = dict(self.get("restarts") or {})
-        for k in ("failures", "preemptions", "startupFailures"):
-            r.setdefault(k, 0)
+        for cause in RestartCause:
+            r.setdefault(cause.value, 0)
         return r
 
+    def restarts_of(self, cause: RestartCause) -> int:
+        """The restarts counted so far for ``cause``."""
+        return self.restarts[cause.value]
+
+    def count(self, cause: RestartCause) -> int:
+        """Count one more restart for ``cause`` in ``status.restarts``; returns the new count."""
+        r = self.restarts
+        r[cause.value] += 1
+        self.set(restarts=r)
+        return r[cause.value]
+
     def time(self, name: str) -> float | None:
+        """The timestamp field ``name`` so far, in unix seconds, or None."""
         return status_time({name: self.get(name)}, name)
 
     def result(self) -> dict[str, Any] | None:
@@ -218,4 +261,5 @@ class StatusDraft:
         return {k: v for k, v in self.patch.items()} or None
 
     def stamp(self, ts: float) -> str:
+        """``ts`` (unix seconds) as the status writes times (RFC 3339)."""
         return rfc3339(ts)

@@ -7,7 +7,9 @@ from typing import Sequence
 from kubeforge.lifecycle._accounting import maybe_fold
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._volume import gates_to_lift
-from kubeforge.objects import Pod, condition
+from kubeforge.objects import (
+    ALL_WORKERS_RUNNING, NORMAL, PREEMPTED, READY, RECOVERED, RUNNING, Pod,
+)
 
 
 def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> None:
@@ -29,18 +31,18 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
         plan.volume_gate = ctx.claim_wait is not None
     plan.ungate = gates_to_lift(current, ctx.claim_wait is not None, not missing)
     running = sum(1 for p in current if p.phase == "Running")
-    if running == replicas and d.phase != "Running":
+    if running == replicas and d.phase != RUNNING:
         where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
-        d.set(phase="Running", startTime=d.get("startTime") or d.stamp(ctx.now))
+        d.set(phase=RUNNING, startTime=d.get("startTime") or d.stamp(ctx.now))
         if not d.get("runningSince"):
             d.set(runningSince=d.stamp(ctx.now))
         msg = f"{replicas} workers running on {len(set(pl.nodes))} nodes in {where}"
-        d.condition("Running", True, "AllWorkersRunning", msg)
-        d.condition("Ready", True, "AllWorkersRunning", msg)
-        pre = condition({"conditions": d.get("conditions")}, "Preempted")
+        d.condition(RUNNING, True, ALL_WORKERS_RUNNING, msg)
+        d.condition(READY, True, ALL_WORKERS_RUNNING, msg)
+        pre = d.current_condition(PREEMPTED)
         if pre and pre.get("status") == "True":
-            d.condition("Preempted", False, "Recovered", f"gang running again after: {pre.get('message', '')}")
-        plan.events.append(("Normal", "Running", f"all {replicas} workers running in {where}"))
+            d.condition(PREEMPTED, False, RECOVERED, f"gang running again after: {pre.get('message', '')}")
+        plan.events.append((NORMAL, RUNNING, f"all {replicas} workers running in {where}"))
     maybe_fold(d, ctx)
     if d.patch:
         counts = {

@@ -12,10 +12,13 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.lifecycle._accounting import backoff
 from kubeforge.lifecycle._outcome import rejected_by_kubelet
-from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
-from kubeforge.lifecycle._stop import stop_gang
-from kubeforge.lifecycle._volume import VOLUME_NOT_BOUND
-from kubeforge.objects import PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE, Pod, status_time
+from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.lifecycle._stop import back_to_admission, fail_job, stop_gang
+from kubeforge.objects import (
+    ADMITTED, CREATE_FAILED, INVALID_SPEC, NORMAL, PENDING, PLACEMENT_LOST, READY, RUNNING, SPEC_CHANGED,
+    STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, VOLUME_NOT_BOUND, WARNING,
+    Pod, status_time,
+)
 from kubeforge.placement import node_misfit
 
 SCHEDULER_OWN_CONSTRAINT_REASONS: dict[str, str] = {
@@ -33,11 +36,11 @@ among them: that one is someone else's doing."""
 _CAMEL = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
-def _waits_for_volume(message: str | None) -> bool:
-    """kube-scheduler holds the pod for its volumes (an unbound claim, a claim not found yet):
-    the GPUs are still ours, the storage is slow; the startup timeout covers it."""
-    m = (message or "").lower()
-    return "persistentvolumeclaim" in m or "volume" in m
+def waits_for_volume(message: str | None) -> bool:
+    """kube-scheduler's Unschedulable ``message`` says the pod waits for its volumes (an unbound
+    claim, a claim not found yet): the GPUs are still ours, the storage is slow; the startup
+    timeout covers it. (kube-scheduler's message is the only place that says so.)"""
+    return "volume" in (message or "").lower()
 
 
 def spec_change_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
@@ -49,10 +52,7 @@ def spec_change_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan)
     if not old or not ctx.spec_hash or old == ctx.spec_hash:
         return False
     msg = "the spec changed (replicas, gpusPerReplica, topology, pools or template): restarting the gang with it"
-    d.condition("Admitted", False, "SpecChanged", msg)
-    d.condition("Running", False, "SpecChanged", msg)
-    d.condition("Ready", False, "SpecChanged", msg)
-    stop_gang(d, ctx, plan, phase="Pending", event=("Normal", "SpecChanged", msg))
+    back_to_admission(d, ctx, plan, NORMAL, SPEC_CHANGED, msg)
     return True
 
 
@@ -61,25 +61,22 @@ def startup_failure(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, re
     ``restarts.startupFailures``; past ``maxStartupRetries`` the job is Failed
     (``StartupRetryLimitExceeded``)."""
     fp = d.spec.failure_policy
-    restarts = d.restarts
-    if restarts["startupFailures"] >= fp.max_startup_retries:
-        why = f"{message}; {restarts['startupFailures']} startup retries used of maxStartupRetries {fp.max_startup_retries}"
-        d.condition("Failed", True, "StartupRetryLimitExceeded", why)
-        d.condition("Admitted", False, reason, message)
-        d.condition("Running", False, "Failed", why)
-        d.condition("Ready", False, "Failed", why)
-        stop_gang(d, ctx, plan, phase="Failed", final=True, event=("Warning", "Failed", why))
+    used = d.restarts_of(RestartCause.STARTUP)
+    if used >= fp.max_startup_retries:
+        d.condition(ADMITTED, False, reason, message)
+        fail_job(d, ctx, plan, reason=STARTUP_RETRY_LIMIT_EXCEEDED,
+                 message=f"{message}; {used} startup retries used of maxStartupRetries {fp.max_startup_retries}")
         return
-    restarts["startupFailures"] += 1
-    d.set(restarts=restarts)
-    delay = backoff(fp.backoff_seconds, fp.max_backoff_seconds, restarts["startupFailures"])
-    d.condition("Admitted", False, reason, f"{message}; GPUs released, retry {restarts['startupFailures']}/"
+    count = d.count(RestartCause.STARTUP)
+    plan.restart, plan.startup_failure = RestartCause.STARTUP, reason
+    delay = backoff(fp.backoff_seconds, fp.max_backoff_seconds, count)
+    d.condition(ADMITTED, False, reason, f"{message}; GPUs released, retry {count}/"
                 f"{fp.max_startup_retries} in {delay:.0f}s")
-    d.condition("Running", False, reason, message)
-    d.condition("Ready", False, reason, message)
-    stop_gang(d, ctx, plan, phase="Pending", not_before=ctx.now + delay,
-              event=("Warning", reason, f"{message}; GPUs released, retrying in {delay:.0f}s "
-                     f"({restarts['startupFailures']}/{fp.max_startup_retries})"))
+    d.condition(RUNNING, False, reason, message)
+    d.condition(READY, False, reason, message)
+    stop_gang(d, ctx, plan, phase=PENDING, not_before=ctx.now + delay,
+              event=(WARNING, reason, f"{message}; GPUs released, retrying in {delay:.0f}s "
+                     f"({count}/{fp.max_startup_retries})"))
 
 
 def create_error_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
@@ -92,13 +89,9 @@ def create_error_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan
         return False
     what = f"the API server refused {err.kind} {err.name} (HTTP {err.code}): {err.message}"
     if err.needs_spec_change:
-        msg = f"{what}; fix the spec to retry"
-        d.condition("Admitted", False, "InvalidSpec", msg)
-        d.condition("Running", False, "InvalidSpec", msg)
-        d.condition("Ready", False, "InvalidSpec", msg)
-        stop_gang(d, ctx, plan, phase="Pending", event=("Warning", "InvalidSpec", msg))
+        back_to_admission(d, ctx, plan, WARNING, INVALID_SPEC, f"{what}; fix the spec to retry")
         return True
-    startup_failure(d, ctx, plan, "CreateFailed", what)
+    startup_failure(d, ctx, plan, CREATE_FAILED, what)
     return True
 
 
@@ -118,16 +111,16 @@ def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None =
             continue
         elif p.waiting:
             parts.append(f"rank {r}: {p.waiting}")
-            reason = reason or p.waiting.split(":")[0]
+            reason = reason or p.waiting_reason
         elif p.unschedulable_message:
-            parts.append(f"rank {r}: Unschedulable: {p.unschedulable_message}")
-            reason = reason or "Unschedulable"
+            parts.append(f"rank {r}: {UNSCHEDULABLE}: {p.unschedulable_message}")
+            reason = reason or UNSCHEDULABLE
         else:
             parts.append(f"rank {r}: {p.phase}" + (f" on node {p.node}" if p.node else " (not bound)"))
     running = sum(1 for p in current if p.phase == "Running")
     more = f"; {len(parts) - 3} more" if len(parts) > 3 else ""
     detail = "; ".join(parts[:3]) + more
-    return (reason if _CAMEL.match(reason or "") else "StartupTimeout",
+    return (reason if _CAMEL.match(reason or "") else STARTUP_TIMEOUT,
             f"{running} of {replicas} workers Running: {detail}")
 
 
@@ -173,10 +166,7 @@ def blame_template(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, pod
     Warning Event), count no startup retry, and wait for the spec to change (admission skips the
     job until then: placing it again would fail the same way)."""
     msg = f"rank {pod.rank} ({pod.name}) cannot run on node {pod.where}: {cause}; GPUs released, fix the spec to retry"
-    d.condition("Admitted", False, UNSCHEDULABLE_TEMPLATE, msg)
-    d.condition("Running", False, UNSCHEDULABLE_TEMPLATE, msg)
-    d.condition("Ready", False, UNSCHEDULABLE_TEMPLATE, msg)
-    stop_gang(d, ctx, plan, phase="Pending", event=("Warning", UNSCHEDULABLE_TEMPLATE, msg))
+    back_to_admission(d, ctx, plan, WARNING, UNSCHEDULABLE_TEMPLATE, msg)
 
 
 def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> bool:
@@ -185,7 +175,7 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
     its volumes) or the startup timeout (not every worker Running ``startupTimeoutSeconds``
     after admission) ends the attempt as a startup failure. Otherwise asks to be looked at
     again when the next of those deadlines passes."""
-    if d.phase == "Running" or (len(current) == d.spec.replicas and all(p.phase == "Running" for p in current)):
+    if d.phase == RUNNING or (len(current) == d.spec.replicas and all(p.phase == "Running" for p in current)):
         return False  # running (the progress step records it), whatever the clock says
     template = d.spec.template.spec
     rejected = next((p for p in sorted(current, key=lambda p: p.rank) if rejected_by_kubelet(p)), None)
@@ -198,7 +188,7 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
                         f"the kubelet refused pod {rejected.name} on node {rejected.node} ({rejected.reason})")
         return True
     stuck = sorted((p for p in current if p.phase == "Pending" and not p.gated and not p.deleting
-                    and p.unschedulable_since is not None and not _waits_for_volume(p.unschedulable_message)),
+                    and p.unschedulable_since is not None and not waits_for_volume(p.unschedulable_message)),
                    key=lambda p: p.unschedulable_since or 0.0)
     for p in stuck:  # the template's own doing is known at once: no GPUs held for the timeout
         cause = template_cause(ctx, template, p)
@@ -210,7 +200,7 @@ def startup_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cur
         if waited >= ctx.schedule_timeout:
             startup_failure(d, ctx, plan, PLACEMENT_LOST,
                             f"pod {stuck[0].name} could not be scheduled on its node for {waited:.0f}s "
-                            f"({stuck[0].unschedulable_message or 'Unschedulable'})")
+                            f"({stuck[0].unschedulable_message or UNSCHEDULABLE})")
             return True
         plan.requeue(ctx.schedule_timeout - waited)
     admitted = status_time(d.get("placement") or {}, "admittedAt")

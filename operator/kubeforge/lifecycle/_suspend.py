@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kubeforge.lifecycle._accounting import fold_running
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
+from kubeforge.objects import ADMITTED, JOB_RESUMED, JOB_SUSPENDED, NORMAL, PENDING, READY, RESUMED, RUNNING, SUSPENDED
 
 
 def suspend_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
@@ -15,20 +16,20 @@ def suspend_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> 
     the job goes on to admission in the same decision).
     """
     if d.spec.suspend:
-        if d.phase != "Suspended" or d.placement is not None or ctx.assumed is not None:
+        if d.phase != SUSPENDED or d.placement is not None or ctx.assumed is not None:
             fold_running(d, ctx, end=True)
-            d.set(phase="Suspended", placement=None, attempt=d.attempt + 1, restartNotBefore=None)
-            d.condition("Suspended", True, "JobSuspended", "spec.suspend is true: pods deleted, checkpoint volume and status kept")
-            d.condition("Running", False, "JobSuspended", "suspended")
-            d.condition("Ready", False, "JobSuspended", "suspended")
-            d.condition("Admitted", False, "JobSuspended", "a suspended job holds no GPUs")
-            plan.events.append(("Normal", "Suspended", "job suspended: pods deleted, GPUs released"))
+            d.set(phase=SUSPENDED, placement=None, attempt=d.attempt + 1, restartNotBefore=None)
+            d.condition(SUSPENDED, True, JOB_SUSPENDED, "spec.suspend is true: pods deleted, checkpoint volume and status kept")
+            d.condition(RUNNING, False, JOB_SUSPENDED, "suspended")
+            d.condition(READY, False, JOB_SUSPENDED, "suspended")
+            d.condition(ADMITTED, False, JOB_SUSPENDED, "a suspended job holds no GPUs")
+            plan.events.append((NORMAL, SUSPENDED, "job suspended: pods deleted, GPUs released"))
             plan.release = True
             plan.forget_assumed = True
         plan.delete_pods = sorted(p.name for p in ctx.pods if not p.deleting)
         return True
-    if d.phase == "Suspended":
-        d.set(phase="Pending")
-        d.condition("Suspended", False, "JobResumed", "spec.suspend is false: waiting for admission")
-        plan.events.append(("Normal", "Resumed", "job resumed; waiting for admission"))
+    if d.phase == SUSPENDED:
+        d.set(phase=PENDING)
+        d.condition(SUSPENDED, False, JOB_RESUMED, "spec.suspend is false: waiting for admission")
+        plan.events.append((NORMAL, RESUMED, "job resumed; waiting for admission"))
     return False

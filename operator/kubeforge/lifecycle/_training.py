@@ -23,26 +23,26 @@ from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._progress import progress_policy
 from kubeforge.lifecycle._startup import create_error_policy, spec_change_policy, startup_policy
 from kubeforge.lifecycle._suspend import suspend_policy
-from kubeforge.objects import NAMESPACE_TERMINATING, TrainingJobRecord, condition
-
-TERMINAL = ("Succeeded", "Failed")
+from kubeforge.objects import (
+    ADMITTED, INVALID_SPEC, NAMESPACE_TERMINATING, PENDING, TERMINAL_JOB_PHASES, WARNING, TrainingJobRecord, condition,
+)
 
 
 def _invalid(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan: TrainingPlan) -> None:
     """A spec the models refuse (only objects made before a schema change get this far): say
     so once, and hold nothing: a placement is released and the gang's live pods deleted."""
-    old = condition(job.status, "Admitted")
+    old = condition(job.status, ADMITTED)
     live = sorted(p.name for p in ctx.pods if not p.deleting and not p.terminal)
     if job.status.get("placement"):
         d.set(placement=None, attempt=d.attempt + 1)
         plan.release = True
     plan.delete_pods = live
-    if old and old.get("reason") == "InvalidSpec" and old.get("message") == job.spec_error and not d.patch:
+    if old and old.get("reason") == INVALID_SPEC and old.get("message") == job.spec_error and not d.patch:
         return
-    conds = set_condition(job.status.get("conditions"), "Admitted", False, "InvalidSpec", job.spec_error or "",
+    conds = set_condition(job.status.get("conditions"), ADMITTED, False, INVALID_SPEC, job.spec_error or "",
                           d.now, job.generation)
-    d.set(conditions=conds, phase=job.status.get("phase") or "Pending")
-    plan.events.append(("Warning", "InvalidSpec", job.spec_error or "invalid spec"))
+    d.set(conditions=conds, phase=job.status.get("phase") or PENDING)
+    plan.events.append((WARNING, INVALID_SPEC, job.spec_error or "invalid spec"))
 
 
 def _namespace_terminating(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> None:
@@ -53,7 +53,7 @@ def _namespace_terminating(d: StatusDraft, ctx: TrainingContext, plan: TrainingP
     if d.get("placement") or ctx.assumed is not None:
         fold_running(d, ctx, end=True)
         d.set(placement=None)
-        d.condition("Admitted", False, NAMESPACE_TERMINATING,
+        d.condition(ADMITTED, False, NAMESPACE_TERMINATING,
                     "the namespace is being deleted: nothing is created or restarted any more")
         plan.release = True
         plan.forget_assumed = True
@@ -83,7 +83,7 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
         plan.status = d.result()
         return plan
     report_checkpoint(d, ctx, plan)
-    if d.phase in TERMINAL:
+    if d.phase in TERMINAL_JOB_PHASES:
         if d.get("placement"):
             d.set(placement=None)
             plan.release = True

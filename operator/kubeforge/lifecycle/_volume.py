@@ -24,10 +24,6 @@ from typing import Sequence
 from kubeforge.objects import GANG_GATE, Pod, TrainingJobRecord
 from kubeforge.objects._labels import VOLUME_GATE
 
-VOLUME_NOT_BOUND = "VolumeNotBound"
-"""``Admitted=False`` reason: the gang did not start within ``startupTimeoutSeconds`` because
-its own checkpoint claim never became Bound (its workers waited behind the volume gate)."""
-
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 """``volumeBindingMode`` of a StorageClass whose claims bind once a pod using them is scheduled."""
 

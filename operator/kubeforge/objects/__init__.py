@@ -5,7 +5,8 @@ One node model (:class:`Node`) with the one interruption predicate
 terminal pod (:func:`is_terminal`) and the scheduler's request rule (:func:`pod_requests`),
 records of kubeforge's own objects with their specs parsed once into the API models
 (:class:`Record`), and the one definition of a job's current attempt
-(:func:`current_attempt`). No I/O, no clock.
+(:func:`current_attempt`), and the status vocabulary (``_reasons``: TrainingJob phases, condition
+types and every condition and Event reason, one constant each). No I/O, no clock.
 """
 
 from kubeforge.objects._labels import (
@@ -13,9 +14,8 @@ from kubeforge.objects._labels import (
     POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, VOLUME_GATE, WORKER_INDEX,
     WORKER_ROLE,
 )
-from kubeforge.objects._reasons import (
-    BLOCKED_UNTIL_SPEC_CHANGES, INVALID_SPEC, NAMESPACE_TERMINATING, PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE,
-)
+from kubeforge.objects import _reasons
+from kubeforge.objects._reasons import *  # noqa: F401,F403  (the status vocabulary: phases, condition types, reasons)
 from kubeforge.objects._node import (
     BLOCKING_EFFECTS, DEFAULT_NOT_READY_GRACE, INTERRUPTION_TAINT_PREFIXES, NATIVE_RESOURCES, Node, Taint,
     interruption_reason, is_interrupted, node_from_k8s, not_ready_wait, parse_quantity_count, quantity_value,
@@ -40,7 +40,6 @@ __all__ = [
     "CLIQUE_LABEL", "COMPUTE_DOMAIN_API_VERSION", "COMPUTE_DOMAIN_GROUP", "COMPUTE_DOMAIN_VERSION", "EMPTY_INVENTORY",
     "ClaimView", "ComputeDomainView", "DeviceInventory", "SliceView", "claim_from_k8s", "compute_domain_from_k8s",
     "dra_key", "inventory", "is_dra_key", "slice_from_k8s", "with_devices",
-    "BLOCKED_UNTIL_SPEC_CHANGES", "INVALID_SPEC", "NAMESPACE_TERMINATING", "PLACEMENT_LOST", "UNSCHEDULABLE_TEMPLATE",
     "ADMISSION_GATE", "ASSIGNED_NODE", "BLOCKING_EFFECTS", "DEFAULT_NOT_READY_GRACE", "GANG_GATE",
     "INTERRUPTION_TAINT_PREFIXES", "JOB_NAME", "NATIVE_RESOURCES", "MAIN_CONTAINER_NAMES", "MANAGED_BY", "MANAGER",
     "POOL_LABEL", "REPLICA_INDEX", "RESTART_ATTEMPT", "ROLE_LABEL", "SERVICE_NAME",
@@ -52,3 +51,4 @@ __all__ = [
     "parse_quantity_count", "parse_spec", "placement_of", "pod_from_k8s", "pod_requests",
     "record_from_k8s", "status_time", "tolerates",
 ]
+__all__ += _reasons.__all__

@@ -116,6 +116,11 @@ class Pod:
         """See :func:`is_terminal`."""
         return self.phase in TERMINAL_PHASES
 
+    @property
+    def waiting_reason(self) -> str | None:
+        """The container's own reason in :attr:`waiting` (``ErrImagePull``...), or None."""
+        return self.waiting.split(":")[0] if self.waiting else None
+
 
 def is_terminal(pod: Pod) -> bool:
     """The one definition of a terminal pod: phase ``Succeeded`` or ``Failed``.

@@ -12,7 +12,7 @@ from typing import Any, Generic, Mapping, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kubeforge.api import (
-    GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
+    GPUPoolSpec, GroupPhase, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
 )
 from kubeforge.api._base import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
@@ -162,6 +162,12 @@ class PlacementRecord:
     domain: str | None = None
     reason: str = ""
 
+    def to_status(self, admitted_at: str, spec_hash: str) -> dict[str, Any]:
+        """``status.placement`` for this placement, made at ``admitted_at`` (RFC 3339) for the
+        spec of ``spec_hash`` (what :func:`placement_of` reads back)."""
+        return {"pool": self.pool, "level": self.level, "domain": self.domain, "nodes": list(self.nodes),
+                "reason": self.reason, "admittedAt": admitted_at, "specHash": spec_hash}
+
 
 def placement_of(status: Mapping[str, Any] | None) -> PlacementRecord | None:
     """The placement in ``status.placement``, or None when the job holds none."""
@@ -214,7 +220,7 @@ class GroupRecord:
 
     index: int
     attempt: int = 0
-    phase: str = "Starting"
+    phase: str = GroupPhase.STARTING.value
     pool: str = ""
     nodes: tuple[str, ...] = ()
     gpus_per_pod: int = 0
@@ -232,7 +238,7 @@ class GroupRecord:
     @property
     def holds(self) -> bool:
         """Whether the group holds GPUs (it has nodes and has not failed)."""
-        return bool(self.nodes) and self.phase != "Failed"
+        return bool(self.nodes) and self.phase != GroupPhase.FAILED.value
 
 
 def _int_of(value: Any, default: int = 0) -> int:
@@ -250,7 +256,7 @@ def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
         if not isinstance(g, Mapping) or g.get("index") is None:
             continue
         out.append(GroupRecord(
-            index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=str(g.get("phase") or "Starting"),
+            index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=str(g.get("phase") or GroupPhase.STARTING.value),
             pool=str(g.get("pool") or ""), nodes=tuple(str(n) for n in g.get("nodes") or ()),
             gpus_per_pod=_int_of(g.get("gpusPerPod")), level=g.get("level"), domain=g.get("domain"),
             template_hash=g.get("templateHash"), admitted_at=_time(g.get("admittedAt")),

@@ -18,7 +18,7 @@ import time
 
 from kubeforge import metrics
 from kubeforge.admission import AdmissionPlan, AssumedGroup, plan_admission, preemption_message
-from kubeforge.objects import PlacementRecord
+from kubeforge.objects import PREEMPTING, PlacementRecord
 from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.admission")
@@ -84,7 +84,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
             rt.queue_job(v.key)
     # admitted, or no longer waiting for its victims: the GPUs are no longer promised to it
-    cache.keep_nominations(w.key for w in plan.wait if w.reason == "Preempting")
+    cache.keep_nominations(w.key for w in plan.wait if w.reason == PREEMPTING)
     for key in cache.hand_waits({w.key: (w.reason, w.message) for w in plan.wait}):
         rt.queue_job(key)
     for g in plan.groups:

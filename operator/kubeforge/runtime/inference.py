@@ -34,6 +34,7 @@ import httpx
 from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, decide
+from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.drain import running_by_pod
 from kubeforge.autoscaling import Signals
 from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, read_signals, render_query
@@ -41,7 +42,10 @@ from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
 from kubeforge.builders.training import WORKERS_SERVICE, build_workers_service
-from kubeforge.objects import InferenceServiceRecord, Key, condition, groups_of
+from kubeforge.objects import (
+    INVALID_SPEC, NORMAL, POOL_NOT_FOUND, READY, SCALED, WARNING, InferenceServiceRecord, Key, condition, groups_of,
+    refusal_reason,
+)
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 from kubeforge.runtime.training import gather_bounded
@@ -84,12 +88,12 @@ async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]
 
 
 async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, message: str, now: float) -> None:
-    old = condition(rec.status, "Ready")
+    old = condition(rec.status, READY)
     if old and old.get("reason") == reason and old.get("message") == message:
         return
-    conds = set_condition(rec.status.get("conditions"), "Ready", False, reason, message, now, rec.generation)
+    conds = set_condition(rec.status.get("conditions"), READY, False, reason, message, now, rec.generation)
     await _write(rt, rec, {"conditions": conds})
-    rt.event(KIND, rec, "Warning", reason, message, now)
+    rt.event(KIND, rec, WARNING, reason, message, now)
 
 
 async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None:
@@ -102,7 +106,7 @@ async def _invalid(rt: Runtime, rec: InferenceServiceRecord, now: float) -> None
     if rec.status.get("groups"):
         await _write(rt, rec, {"groups": [], "replicas": 0, "readyReplicas": 0})
         rt.wake_admission()
-    await _not_ready(rt, rec, "InvalidSpec", rec.spec_error or "invalid spec", now)
+    await _not_ready(rt, rec, INVALID_SPEC, rec.spec_error or "invalid spec", now)
 
 
 async def _being_deleted(rt: Runtime, key: Key) -> bool:
@@ -161,9 +165,8 @@ async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: Servic
         except ApiError as e:
             if e.transient:
                 raise
-            reason = "InvalidSpec" if e.code in (400, 422) else "CreateFailed"
-            await _not_ready(rt, rec, reason, f"the API server refused Service {name} (HTTP {e.code}): {e.message}",
-                             time.time())
+            await _not_ready(rt, rec, refusal_reason(e.code),
+                             f"the API server refused Service {name} (HTTP {e.code}): {e.message}", time.time())
             return False
         mem.service_made = True
     if rt.cache.deployment(rec.key) is not None:
@@ -234,7 +237,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return 30.0
     pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
     if pool_name is None:
-        await _not_ready(rt, rec, "PoolNotFound", f"none of the GPUPools {list(spec.pools)} exists", now)
+        await _not_ready(rt, rec, POOL_NOT_FOUND, f"none of the GPUPools {list(spec.pools)} exists", now)
         return 30.0
     view = cache.view(pool_name)
     shaped = group_shape(rec, view) if view is not None else "the pool is not known yet"
@@ -278,7 +281,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     cache.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
     if d.desired != current:
-        rt.event(KIND, rec, "Normal", "Scaled", f"replicas {current} -> {d.desired}: {d.reason}", now)
+        rt.event(KIND, rec, NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}", now)
     _condition_events(rt, rec, patch, now)
     for type_, reason, message in plan.events:
         rt.event(KIND, rec, type_, reason, message, now)
@@ -293,14 +296,14 @@ def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str,
     cannot place the replicas asked for (``ScalingLimited`` turns True/InsufficientCapacity): once
     per transition, not per poll."""
     new = {c["type"]: c for c in patch.get("conditions") or []}
-    for type_, bad in (("ScalingActive", "False"), ("ScalingLimited", "True")):
+    for type_, bad in ((scaling.SCALING_ACTIVE, "False"), (scaling.SCALING_LIMITED, "True")):
         c, old = new.get(type_), condition(rec.status, type_)
         if c is None or c["status"] != bad:
             continue
-        if type_ == "ScalingLimited" and c["reason"] != "InsufficientCapacity":
+        if type_ == scaling.SCALING_LIMITED and c["reason"] != scaling.INSUFFICIENT_CAPACITY:
             continue
         if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
-            rt.event(KIND, rec, "Warning", c["reason"], c["message"], now)
+            rt.event(KIND, rec, WARNING, c["reason"], c["message"], now)
 
 
 def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,
@@ -314,13 +317,13 @@ def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q
     if q.error:
         active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
     limited = d.limited_reason or "desired replicas within bounds and capacity"
-    if d.limited_condition_reason == "InsufficientCapacity" and mem.capacity_note:
+    if d.limited_condition_reason == scaling.INSUFFICIENT_CAPACITY and mem.capacity_note:
         limited = f"{limited}; the next replica: {mem.capacity_note}"
-    conds = set_condition(conds, "ScalingActive", d.scaling_active, d.active_condition_reason, active_msg, now, gen)
-    conds = set_condition(conds, "ScalingLimited", d.limited, d.limited_condition_reason, limited, now, gen)
+    conds = set_condition(conds, scaling.SCALING_ACTIVE, d.scaling_active, d.active_condition_reason, active_msg, now, gen)
+    conds = set_condition(conds, scaling.SCALING_LIMITED, d.limited, d.limited_condition_reason, limited, now, gen)
     if d.slo is not None:  # SLO mode: the measured percentiles against the targets
         met = "Unknown" if d.slo.met is None else d.slo.met
-        conds = set_condition(conds, "SLOMet", met, d.slo.reason, d.slo.message, now, gen)
+        conds = set_condition(conds, scaling.SLO_MET, met, d.slo.reason, d.slo.message, now, gen)
     patch.update({"conditions": conds, "desiredReplicas": d.desired,
                   "url": f"http://{rec.name}.{rec.namespace}.svc:{spec.port}"})
     if d.desired != current:
@@ -357,9 +360,8 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
             if isinstance(r, BaseException):
                 cache.created_observed(rec.key, b["metadata"]["name"])
                 if isinstance(r, ApiError) and not r.transient:
-                    reason = "InvalidSpec" if r.code in (400, 422) else "CreateFailed"
                     msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
-                    await _not_ready(rt, rec, reason, msg, ctx.now)
+                    await _not_ready(rt, rec, refusal_reason(r.code), msg, ctx.now)
                     break
                 raise r
     addresses, port = cache.activator

@@ -12,11 +12,11 @@ from typing import Any
 from kubeforge import metrics
 from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view, quota_book
 from kubeforge.builders.common import conditions_equal
+from kubeforge.objects import JOB_PHASES, READY, TOPOLOGY_READY, WARNING
 from kubeforge.runtime.state import Runtime, every
 
 log = logging.getLogger("kubeforge.pools")
 POOL_STATUS_INTERVAL = 2.0
-PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 GPU_STATES = ("capacity", "allocatable", "allocated", "free", "unavailable")
 
 
@@ -51,11 +51,11 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})
-        for type_ in ("Ready", "TopologyReady"):  # a Warning Event when one turns False for a new reason
+        for type_ in (READY, TOPOLOGY_READY):  # a Warning Event when one turns False for a new reason
             cond = next((c for c in st["conditions"] if c.get("type") == type_), None)
             was = next((c for c in prev.get("conditions") or [] if c.get("type") == type_), None)
             if cond and cond["status"] == "False" and (not was or (was.get("status"), was.get("reason")) != ("False", cond["reason"])):
-                rt.event("GPUPool", pool, "Warning", cond["reason"], cond["message"], now)
+                rt.event("GPUPool", pool, WARNING, cond["reason"], cond["message"], now)
         if not same_status(st, prev):
             # Until the write is answered, compare with what the index shows: a write that timed
             # out may still have been applied, and ``last`` would then hide a later change back.
@@ -69,7 +69,7 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
                 metrics.POOL_GPUS.remove(gone, state)
             except KeyError:
                 pass
-    phases = dict.fromkeys(PHASES, 0)
+    phases = dict.fromkeys(JOB_PHASES, 0)
     for job in snap.jobs.values():
         phases[job.phase] = phases.get(job.phase, 0) + 1
     for ph, n in phases.items():

@@ -21,10 +21,13 @@ from kubeforge import metrics
 from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
-from kubeforge.lifecycle import CreateError, TrainingContext, TrainingPlan, claim_wait, plan_training
+from kubeforge.lifecycle import CreateError, RestartCause, TrainingContext, TrainingPlan, claim_wait, plan_training
 from kubeforge.admission import gang_request
 from kubeforge.lifecycle._volume import OUR_GATES
-from kubeforge.objects import VOLUME_GATE, Key, Pod, TrainingJobRecord, current_attempt, placement_of, rank_gpus
+from kubeforge.objects import (
+    RESUMED, RUNNING, SPEC_CHANGED, SUCCEEDED, SUSPENDED, VOLUME_GATE, WARNING, Key, Pod, TrainingJobRecord,
+    current_attempt, placement_of, rank_gpus,
+)
 
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
@@ -34,6 +37,8 @@ log = logging.getLogger("kubeforge.training")
 RESYNC_SECONDS = 60.0
 """Level-based safety net: every job is looked at again at least this often."""
 KIND = "TrainingJob"
+LOGGED_NORMAL_REASONS = (RUNNING, SUCCEEDED, SUSPENDED, RESUMED, SPEC_CHANGED)
+"""Normal Events also logged (every Warning is): the steps of a job's life worth a log line."""
 
 
 async def gather_bounded(coros: list, limit: int = 32) -> list[Any]:
@@ -138,21 +143,24 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         return 1.0
     await _apply(rt, job, plan)
     for type_, reason, message in plan.events:
-        if type_ == "Warning" or reason in ("Running", "Succeeded", "Suspended", "Resumed", "SpecChanged"):
+        if type_ == WARNING or reason in LOGGED_NORMAL_REASONS:
             log.info("trainingjob %s/%s: %s: %s", key[0], key[1], reason, message)
-        if reason == "Preempted":
-            metrics.PREEMPTION_RESTARTS.inc()
-        elif reason == "WorkerFailed":
-            metrics.FAILURE_RESTARTS.inc()
         rt.event(KIND, job, type_, reason, message, now)
-    old = int((job.status.get("restarts") or {}).get("startupFailures", 0))
-    new = int(((plan.status or {}).get("restarts") or {}).get("startupFailures", old))
-    if new > old:
-        adm = next((c for c in (plan.status or {}).get("conditions") or [] if c.get("type") == "Admitted"), {})
-        metrics.STARTUP_FAILURES.labels(reason=adm.get("reason") or "Unknown").inc()
+    _count_restart(plan)
     if plan.release:
         rt.wake_admission()
     return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
+
+
+def _count_restart(plan: TrainingPlan) -> None:
+    """Count the restart the plan made (applied: its status is written) in its metric, by the
+    plan's typed outcome."""
+    if plan.restart is RestartCause.PREEMPTION:
+        metrics.PREEMPTION_RESTARTS.inc()
+    elif plan.restart is RestartCause.FAILURE:
+        metrics.FAILURE_RESTARTS.inc()
+    elif plan.restart is RestartCause.STARTUP:
+        metrics.STARTUP_FAILURES.labels(reason=plan.startup_failure or "Unknown").inc()
 
 
 async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, now: float) -> bool:

@@ -43,29 +43,22 @@ from typing import Any, Mapping, Sequence
 from kubeforge.api import DrainReason, GroupPhase, InferenceServiceSpec, StartupPolicy
 from kubeforge.builders.common import rfc3339, set_condition
 from kubeforge.builders.serving import pod_name
-from kubeforge.lifecycle import SCHEDULE_TIMEOUT, own_constraint_cause, rejected_by_kubelet
+from kubeforge.lifecycle import SCHEDULE_TIMEOUT, own_constraint_cause, rejected_by_kubelet, waits_for_volume
 from kubeforge.objects import (
-    DEFAULT_NOT_READY_GRACE, UNSCHEDULABLE_TEMPLATE, GroupRecord, InferenceServiceRecord, Node, Pod, groups_of,
-    interruption_reason,
+    ADMITTED, DEFAULT_NOT_READY_GRACE, DRAINING, INVALID_SPEC, NO_FAILED_GROUPS, NO_READY_REPLICAS, NORMAL,
+    PLACEMENT_LOST, READY as READY_CONDITION, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED, REPLICA_GROUP_RESTARTED,
+    REPLICAS_READY, ROLLING_OUT, SCALED_TO_ZERO, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
+    GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason,
 )
 from kubeforge.admission import AssumedGroup, GroupShape
 
 READY, STARTING, FAILED = GroupPhase.READY.value, GroupPhase.STARTING.value, GroupPhase.FAILED.value
 SCALE_DOWN, ROLLOUT = DrainReason.SCALE_DOWN.value, DrainReason.ROLLOUT.value
 
-GROUP_RESTARTED = "ReplicaGroupRestarted"
-"""Event: a group lost a pod or a node and is recreated whole."""
-GROUP_FAILED = "ReplicaGroupFailed"
-"""Condition and Event: a group used up its restarts; its GPUs are released until the spec changes."""
-GROUP_NOT_STARTED = "ReplicaGroupNotStarted"
-"""Event: a group did not start on the nodes it was given and is placed again."""
-DRAINING = "Draining"
-"""Event: a group left the Service and is deleted once its running requests are done."""
-ROLLING_OUT = "RollingOut"
-"""Event: a group is recreated from a changed template (one group at a time)."""
-REPLICAS_READY, NO_READY_REPLICAS, SCALED_TO_ZERO, INVALID_SPEC = (
-    "ReplicasReady", "NoReadyReplicas", "ScaledToZero", "InvalidSpec")
-"""``Ready`` condition reasons."""
+# The names this module first exported the group reasons under (kubeforge.serving's API).
+GROUP_RESTARTED = REPLICA_GROUP_RESTARTED
+GROUP_FAILED = REPLICA_GROUP_FAILED
+GROUP_NOT_STARTED = REPLICA_GROUP_NOT_STARTED
 DRAIN_POLL_SECONDS = 5.0
 """A draining group is looked at again at least this often (its running requests may be 0)."""
 
@@ -214,15 +207,15 @@ class _Step:
         ctx = self.ctx
         for p in cur:
             if rejected_by_kubelet(p):
-                return "PlacementLost", f"the kubelet refused pod {p.name} on node {p.node} ({p.reason})"
+                return PLACEMENT_LOST, f"the kubelet refused pod {p.name} on node {p.node} ({p.reason})"
         stuck = sorted((p for p in cur if p.phase == "Pending" and not p.deleting and p.node is None
-                        and p.unschedulable_since is not None and "volume" not in (p.unschedulable_message or "").lower()),
+                        and p.unschedulable_since is not None and not waits_for_volume(p.unschedulable_message)),
                        key=lambda p: p.unschedulable_since or 0.0)
         if stuck:
             waited = ctx.now - (stuck[0].unschedulable_since or ctx.now)
             if waited >= ctx.schedule_timeout:
-                return "Unschedulable", (f"pod {stuck[0].name} could not be scheduled on node {stuck[0].assigned} "
-                                         f"for {waited:.0f}s ({stuck[0].unschedulable_message or 'Unschedulable'})")
+                return UNSCHEDULABLE, (f"pod {stuck[0].name} could not be scheduled on node {stuck[0].assigned} "
+                                         f"for {waited:.0f}s ({stuck[0].unschedulable_message or UNSCHEDULABLE})")
             self.plan.requeue(ctx.schedule_timeout - waited)
         if g.admitted_at is None:
             return None
@@ -234,12 +227,12 @@ class _Step:
         for w in range(len(g.nodes)):
             p = have.get(w)
             if p is None and (w == 0 or self.spec.multi_node.startup_policy == StartupPolicy.LEADER_CREATED):
-                return "StartupTimeout", f"worker {w} has no pod {self.spec.startup_timeout_seconds}s after admission"
+                return STARTUP_TIMEOUT, f"worker {w} has no pod {self.spec.startup_timeout_seconds}s after admission"
             if p is not None and p.node is None:
-                return "StartupTimeout", (f"pod {p.name} is not bound {self.spec.startup_timeout_seconds}s after "
+                return STARTUP_TIMEOUT, (f"pod {p.name} is not bound {self.spec.startup_timeout_seconds}s after "
                                           f"admission" + (f" ({p.unschedulable_message})" if p.unschedulable_message else ""))
             if p is not None and p.waiting:
-                return p.waiting.split(":")[0] or "StartupTimeout", f"pod {p.name}: {p.waiting}"
+                return p.waiting_reason or STARTUP_TIMEOUT, f"pod {p.name}: {p.waiting}"
         return None  # every pod bound and not stuck: pulling or loading, never cut short
 
     def fail_or_replace(self, g: GroupRecord, *, restarts: int, startup_failures: int, why: str,
@@ -251,10 +244,10 @@ class _Step:
         if max(restarts, startup_failures) > limit:
             msg = (f"group {g.index} failed: {why}; {restarts} restarts and {startup_failures} failed starts, more "
                    f"than multiNode.maxGroupRestarts {limit}; its GPUs are released until the spec changes")
-            self.event("Warning", GROUP_FAILED, msg)
+            self.event(WARNING, GROUP_FAILED, msg)
             return replace(g, phase=FAILED, nodes=(), attempt=g.attempt + 1, restarts=restarts,
                            startup_failures=startup_failures, admitted_at=None, ready_since=None, message=msg)
-        self.event("Warning", reason, f"group {g.index}: {why}; recreating the whole group"
+        self.event(WARNING, reason, f"group {g.index}: {why}; recreating the whole group"
                    + (" on the same nodes" if keep_nodes else ", placed again")
                    + f" (restarts {restarts}, failed starts {startup_failures} of {limit})")
         return replace(g, phase=STARTING, attempt=g.attempt + 1, restarts=restarts, startup_failures=startup_failures,
@@ -285,7 +278,7 @@ class _Step:
             if blamed:
                 self.delete_live(g)
                 msg = f"group {g.index}: {blamed}; its GPUs are released until the spec changes"
-                self.event("Warning", UNSCHEDULABLE_TEMPLATE, msg)
+                self.event(WARNING, UNSCHEDULABLE_TEMPLATE, msg)
                 return replace(g, phase=FAILED, nodes=(), attempt=g.attempt + 1, admitted_at=None, message=msg)
             failed = self.not_started(g, cur)
             if failed:
@@ -325,7 +318,7 @@ class _Step:
         self.delete_live(g)
         if g.drain_for != ROLLOUT:
             return None
-        self.event("Normal", ROLLING_OUT, f"group {g.index} drained: recreating it from the new template")
+        self.event(NORMAL, ROLLING_OUT, f"group {g.index} drained: recreating it from the new template")
         if self.same_shape(g):
             return replace(g, phase=STARTING, attempt=g.attempt + 1, template_hash=ctx.template_hash,
                            draining_since=None, drain_for=None, admitted_at=ctx.now, ready_since=None, message=None)
@@ -356,7 +349,7 @@ class _Step:
                             template_hash=ctx.template_hash, admitted_at=ctx.now,
                             restarts=old.restarts if old else 0, startup_failures=old.startup_failures if old else 0)
             where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
-            self.event("Normal", "Admitted", f"group {index} placed on {len(pl.nodes)} node(s) in {where}: {pl.reason}")
+            self.event(NORMAL, ADMITTED, f"group {index} placed on {len(pl.nodes)} node(s) in {where}: {pl.reason}")
             groups[index] = self.progress(g, [])
             count += 1
 
@@ -372,7 +365,7 @@ class _Step:
             ctx.load.get(g.index, float("inf")) if g.phase == READY else 0, -g.index))
         for g in order[:excess]:
             if g.phase == READY:
-                self.event("Normal", DRAINING, f"group {g.index} leaves the Service and is deleted once its running "
+                self.event(NORMAL, DRAINING, f"group {g.index} leaves the Service and is deleted once its running "
                            f"requests are done (at most {self.spec.drain_seconds}s): scale-down to {ctx.desired}")
                 groups[g.index] = replace(g, draining_since=ctx.now, drain_for=SCALE_DOWN)
                 self.plan.requeue(DRAIN_POLL_SECONDS)
@@ -393,7 +386,7 @@ class _Step:
         g = next((x for x in stale if x.phase != READY), None)
         if g is not None:
             self.delete_live(g)
-            self.event("Normal", ROLLING_OUT, f"group {g.index} was not Ready: recreating it from the new template")
+            self.event(NORMAL, ROLLING_OUT, f"group {g.index} was not Ready: recreating it from the new template")
             keep = self.same_shape(g)
             new = replace(g, attempt=g.attempt + 1, template_hash=ctx.template_hash,
                           nodes=g.nodes if keep else (), admitted_at=ctx.now if keep else None,
@@ -403,7 +396,7 @@ class _Step:
         if busy:
             return  # one replica unavailable at a time
         g = stale[0]
-        self.event("Normal", ROLLING_OUT, f"group {g.index} leaves the Service to be recreated from the new template "
+        self.event(NORMAL, ROLLING_OUT, f"group {g.index} leaves the Service to be recreated from the new template "
                    f"(one group at a time, at most {self.spec.drain_seconds}s of draining)")
         groups[g.index] = replace(g, draining_since=ctx.now, drain_for=ROLLOUT)
         self.plan.requeue(DRAIN_POLL_SECONDS)
@@ -473,21 +466,21 @@ def _status(st: _Step, groups: Mapping[int, GroupRecord]) -> dict[str, Any]:
     conds = svc.status.get("conditions")
     gen = svc.generation
     if ctx.shape_error:
-        conds = set_condition(conds, "Ready", False, INVALID_SPEC, ctx.shape_error, ctx.now, gen)
+        conds = set_condition(conds, READY_CONDITION, False, INVALID_SPEC, ctx.shape_error, ctx.now, gen)
     elif ready:
-        conds = set_condition(conds, "Ready", True, REPLICAS_READY, f"{ready} of {ctx.desired} replicas ready", ctx.now, gen)
+        conds = set_condition(conds, READY_CONDITION, True, REPLICAS_READY, f"{ready} of {ctx.desired} replicas ready", ctx.now, gen)
     elif ctx.desired == 0 and spec.min_replicas == 0:
-        conds = set_condition(conds, "Ready", True, SCALED_TO_ZERO, "no replicas: scaled to zero while idle", ctx.now, gen)
+        conds = set_condition(conds, READY_CONDITION, True, SCALED_TO_ZERO, "no replicas: scaled to zero while idle", ctx.now, gen)
     else:
         first = next((g.message for g in sorted(groups.values(), key=lambda g: g.index) if g.message), None)
         why = first or (f"waiting for GPUs: {ctx.waiting[1]}" if ctx.waiting else "waiting for a replica to start")
-        conds = set_condition(conds, "Ready", False, NO_READY_REPLICAS, f"0 of {ctx.desired} replicas ready: {why}",
+        conds = set_condition(conds, READY_CONDITION, False, NO_READY_REPLICAS, f"0 of {ctx.desired} replicas ready: {why}",
                               ctx.now, gen)
     if failed:
         conds = set_condition(conds, GROUP_FAILED, True, GROUP_FAILED,
                               "; ".join(g.message or f"group {g.index} failed" for g in failed), ctx.now, gen)
     else:
-        conds = set_condition(conds, GROUP_FAILED, False, "NoFailedGroups", "every group is within its restarts",
+        conds = set_condition(conds, GROUP_FAILED, False, NO_FAILED_GROUPS, "every group is within its restarts",
                               ctx.now, gen)
     out: dict[str, Any] = {"groups": rows, "replicas": holding, "readyReplicas": ready, "conditions": conds}
     if ctx.shape is not None:
