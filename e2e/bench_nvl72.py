@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from kubeforge.admission import AdmissionMemo, JobView, Snapshot, plan_admission  # noqa: E402
-from kubeforge.admission import _quota, _round  # noqa: E402
+from kubeforge.admission import _round, _victims  # noqa: E402
 from kubeforge.api import GPUPoolSpec, TrainingJobSpec  # noqa: E402
 from kubeforge.objects import CLIQUE_LABEL, Node, dra_key, record_from_k8s  # noqa: E402
 from kubeforge.placement import Placement  # noqa: E402
@@ -172,15 +172,15 @@ def scattered():
     """Kueue-like victims: lowest priority, then newest, anywhere in the pool, until enough GPUs
     are free in all (topology-blind); no placement is nominated."""
     def choose(preemptor, request, view, book, running, taken, in_flight, now):
-        cands = _quota._eligible(preemptor, request.gpus, book, running, in_flight, now)
-        cands.sort(key=lambda c: (c[0].record.spec.priority, _quota.run_time(c[0], now)))  # lowest priority, newest
+        cands = _victims._eligible(preemptor, request.gpus, book, running, in_flight, now)
+        cands.sort(key=lambda c: (c[0].record.spec.priority, _victims.run_time(c[0], now)))  # lowest priority, newest
         free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
         chosen = []
         for v, reason in cands:
             if free >= request.gpus:
                 break
             by_node = {n: 4 for n in v.placement.nodes}
-            chosen.append(_quota.Victim(v.key, reason, _quota.lost_work(v, now, view.resource), by_node))
+            chosen.append(_victims.Victim(v.key, reason, _victims.lost_work(v, now, view.resource), by_node))
             free += sum(by_node.values())
         if not chosen or free < request.gpus:
             return None

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from kubeforge.admission import JobView, Snapshot, plan_admission  # noqa: E402
-from kubeforge.admission import _plan, _quota, queue_order  # noqa: E402
+from kubeforge.admission import _plan, _victims, queue_order  # noqa: E402
 from kubeforge.api import GPUPoolSpec, TrainingJobSpec  # noqa: E402
 from kubeforge.objects import Node, record_from_k8s  # noqa: E402
 
@@ -155,12 +155,12 @@ def priority_first_queue():
 @contextmanager
 def kueue_order():
     """Order candidates as Kueue does (lowest priority, then newest): checkpoint age counts 0."""
-    real = _quota.checkpoint_age
-    _quota.checkpoint_age = lambda job, now: 0.0
+    real = _victims.checkpoint_age
+    _victims.checkpoint_age = lambda job, now: 0.0
     try:
         yield
     finally:
-        _quota.checkpoint_age = real
+        _victims.checkpoint_age = real
 
 
 def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: float) -> dict:

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from kubeforge.admission import (
     JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_view, quota_book,
 )
-from kubeforge.admission._quota import choose_victims
+from kubeforge.admission._victims import choose_victims
 from kubeforge.builders.training import (
     build_compute_domain, build_gpu_claim_template, build_worker_pod, compute_domain_name,
 )

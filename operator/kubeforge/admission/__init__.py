@@ -16,7 +16,10 @@ from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, poo
 from kubeforge.admission._request import (
     GroupShape, clique_level, group_request, group_shape, multi_node, nvlink_request, own_anti_affinity,
 )
-from kubeforge.admission._quota import HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, Victim, choose_victims, lost_work, preemption_message, quota_book, victim_order
+from kubeforge.admission._quota import UNLISTED, QuotaBook, quota_book
+from kubeforge.admission._victims import (
+    HIGHER_PRIORITY, QUOTA_RECLAIM, Victim, choose_victims, lost_work, preemption_message, victim_order,
+)
 from kubeforge.admission._round import Preempt
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status

@@ -1,6 +1,6 @@
 """The orders admission works in, one named function each, as Kueue keeps its own in one place
 (``pkg/scheduler/scheduler.go`` ``entryOrdering``, ``pkg/scheduler/preemption``
-``candidatesOrdering``). Victims are ordered by :func:`kubeforge.admission._quota.victim_order`,
+``candidatesOrdering``). Victims are ordered by :func:`kubeforge.admission._victims.victim_order`,
 beside the cost it reads.
 
 Pure: each takes what it orders and returns a new list; nothing is changed in place.

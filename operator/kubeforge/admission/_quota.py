@@ -1,57 +1,23 @@
-"""GPU quotas and checkpoint-aware preemption, pure.
+"""GPU quotas, pure: what each team of a pool is guaranteed, may borrow, and holds now.
 
-The rules (Kueue's ClusterQueue quotas with the pool as their cohort, and its
-``withinClusterQueue`` / ``reclaimWithinCohort`` preemption):
-
-- A team (a quota entry of ``GPUPool.spec.quotas``; namespaces in none form the team ``*``
-  with nominal 0) is guaranteed ``nominalGPUs``. Beyond it, its jobs *borrow* idle GPUs, up to
-  ``borrowingLimitGPUs`` when set.
-- A waiting job that does not fit may preempt running TrainingJobs:
-  * of its own team with a lower priority (``withinQuota: LowerPriority``; a pool without
-    quotas is one team, so this is plain priority preemption);
-  * of other teams that borrow, whatever their priority (``reclaimQuota: Any``) or only lower
-    (``LowerPriority``), but only while the preemptor stays within its own nominal quota, and
-    only as long as the victim's team still borrows.
-- Victims are chosen to lose the least work, counted as the age of their last checkpoint
-  times their GPUs (GPU-seconds since the last checkpoint, or since the gang started when it
-  never reported one). Candidates are taken cheapest GPUs first (the least work lost per GPU
-  freed, i.e. the freshest checkpoint), then the lowest priority, then the newest; then the
-  fewest needed are kept (Kueue prunes its candidate list the same way).
-- A ``Required`` gang (and a multi-node NVLink gang, which needs whole free nodes of one clique)
-  needs room inside ONE domain of its level: victims are chosen domain by domain, only among the
-  gangs that hold GPUs there, and the domain whose victims lose the least work in all wins.
-  Victims scattered over domains that still leave the gang unplaceable are never chosen (what a
-  topology-blind choice does: kueue#10815).
-- No gang is preempted before its current run is the pool's ``preemption.minRuntimeSeconds`` old
-  (KEP-9876 asks Kueue for the same).
-
-No cycle: a within-team victim has a lower priority than its preemptor, so it can never
-preempt it back within the team; a reclaimed victim's team was borrowing and still uses at
-least its nominal quota once the victim restarts, so it cannot reclaim from the preemptor,
-whose team stays within its nominal quota.
+The rules (Kueue's ClusterQueue quotas with the pool as their cohort): a team (a quota entry of
+``GPUPool.spec.quotas``; namespaces in none form the team ``*`` with nominal 0) is guaranteed
+``nominalGPUs``. Beyond it, its jobs *borrow* idle GPUs, up to ``borrowingLimitGPUs`` when set.
+Who may be preempted to honour these guarantees is :mod:`kubeforge.admission._victims`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+
 
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
-from kubeforge.admission._snapshot import JobView
-from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, PreemptionPolicy
-from kubeforge.objects import (
-    ADMITTED, PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED, Key, PoolRecord, condition_time, rank_gpus, status_time,
-)
-from kubeforge.placement import GangRequest, Placement, place_gang
+from kubeforge.api import PreemptionPolicy
+from kubeforge.objects import PoolRecord
 
 UNLISTED = "*"
 """The team of namespaces that are in no quota of a pool: nominal 0, borrowing only."""
-
-HIGHER_PRIORITY = PREEMPTED_BY_HIGHER_PRIORITY
-"""A victim of a higher-priority job of its own team (the ``Preempted`` reason)."""
-QUOTA_RECLAIM = QUOTA_RECLAIMED
-"""A victim whose borrowing team gives GPUs back to a team within its nominal quota."""
 
 
 @dataclass
@@ -136,197 +102,3 @@ def quota_book(pool: PoolRecord, view: PoolView, ledger: Ledger) -> QuotaBook:
             team = book.team(ns)
             book.used[team] = book.used.get(team, 0) + gpus
     return book
-
-
-@dataclass(frozen=True)
-class Victim:
-    """A running gang chosen for preemption.
-
-    Attributes:
-        key: The job.
-        reason: ``PreemptedByHigherPriority`` or ``QuotaReclaimed``.
-        lost_gpu_seconds: GPU-seconds of work since its last checkpoint (what it loses at
-            worst, if it cannot checkpoint in its grace period).
-        gpus_by_node: The GPUs it frees, per node.
-    """
-
-    key: Key
-    reason: str
-    lost_gpu_seconds: float
-    gpus_by_node: Mapping[str, int]
-
-
-def preemption_message(preemptor: Key, priority: int, victim: Victim) -> str:
-    """The Preempted condition's message: who preempted the victim, why, and the work at risk."""
-    why = "a higher-priority job" if victim.reason == HIGHER_PRIORITY else "its team's nominal quota"
-    return (f"preempted by {preemptor[0]}/{preemptor[1]} (priority {priority}) to make room for {why}; it loses "
-            f"at most {victim.lost_gpu_seconds / 3600:.2f} GPU-hours since its last checkpoint")
-
-
-def checkpoint_age(job: JobView, now: float) -> float:
-    """Seconds of work a running gang would lose if stopped now: the age of its last checkpoint
-    (``status.lastCheckpoint.time``; without one, the time since this placement was made); 0
-    when it holds no placement."""
-    if job.record.spec is None or job.placement is None:
-        return 0.0
-    since = status_time(job.status.get("lastCheckpoint") or {}, "time")
-    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED) or now
-    since = max(since or start, start)
-    return max(0.0, now - since)
-
-
-def victim_order(candidates: Sequence[tuple[JobView, str]], now: float) -> list[tuple[JobView, str]]:
-    """Preemption candidates ``(job, reason)`` in the order victims are taken: cheapest GPUs
-    first, i.e. the least work lost per GPU freed (:func:`checkpoint_age`, seconds), then the
-    lowest priority, then the newest (Kueue's ``candidatesOrdering`` takes the lowest priority
-    first, then the most recently admitted; kubeforge puts the lost work first). Greedy by cost
-    per unit freed loses far less in all than by the product, which keeps picking small,
-    just-restarted gangs that are soon reclaimed again: replaying the Alibaba trace
-    (e2e/bench_preemption.py, seed 7), 25 GPU-hours lost in 188 preemptions against 75 in 753."""
-    return sorted(candidates, key=lambda c: (checkpoint_age(c[0], now), c[0].record.spec.priority,  # type: ignore[union-attr]
-                                             -c[0].record.created))
-
-
-def run_time(job: JobView, now: float) -> float:
-    """Seconds the gang's current run has lasted: since its placement was made
-    (``status.placement.admittedAt``, else the ``Admitted`` condition); 0 when unknown."""
-    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED)
-    return max(0.0, now - start) if start is not None else 0.0
-
-
-def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAME) -> float:
-    """GPU-seconds a running gang would lose if stopped now: :func:`checkpoint_age` times the
-    GPUs of ``resource`` it holds (:func:`kubeforge.objects.rank_gpus` per node)."""
-    spec, pl = job.record.spec, job.placement
-    if spec is None or pl is None:
-        return 0.0
-    return checkpoint_age(job, now) * len(pl.nodes) * rank_gpus(job.record, resource)
-
-
-def _eligible(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
-              in_flight: frozenset[Key], now: float) -> list[tuple[JobView, str]]:
-    spec = preemptor.record.spec
-    assert spec is not None
-    team = book.team(preemptor.record.namespace)
-    within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
-    out = []
-    for v in running:
-        vs = v.record.spec
-        if v.key == preemptor.key or v.key in in_flight or vs is None:
-            continue
-        if book.min_runtime and run_time(v, now) < book.min_runtime:
-            continue  # protected until its run is minRuntimeSeconds old
-        vteam = book.team(v.record.namespace)
-        if vteam == team:
-            if book.within_quota == PreemptionPolicy.LOWER_PRIORITY and vs.priority < spec.priority:
-                out.append((v, HIGHER_PRIORITY))
-        elif within_nominal and book.reclaim != PreemptionPolicy.NEVER and book.borrowed(vteam) > 0:
-            if book.reclaim == PreemptionPolicy.ANY or vs.priority < spec.priority:
-                out.append((v, QUOTA_RECLAIM))
-    return out
-
-
-def _fits(request: GangRequest, view: PoolView, taken: Mapping[str, int], freed: Mapping[str, int],
-          only: frozenset[str] | None = None) -> Placement | None:
-    nodes = [replace(n, gpus_allocated=max(0, n.gpus_allocated - freed[n.name])) if freed.get(n.name) else n
-             for n in view.nodes if only is None or n.name in only]
-    result = place_gang(request, nodes, view.levels, taken)
-    return result if isinstance(result, Placement) else None
-
-
-def _domain_level(request: GangRequest, view: PoolView):
-    """The level whose ONE domain must hold the gang (``Required``, or a whole-node NVLink gang at
-    its level), or None."""
-    if request.mode != "Required" and not request.whole_nodes:
-        return None
-    name = request.level or (view.levels[0].name if view.levels else None)
-    return next((lv for lv in view.levels if lv.name == name), None)
-
-
-def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, book: QuotaBook,
-                   running: Sequence[JobView], taken: Mapping[str, int], in_flight: frozenset[Key],
-                   now: float) -> tuple[list[Victim], Placement] | None:
-    """The fewest running gangs whose GPUs, once freed, let ``preemptor`` be placed, chosen to
-    lose the least work; None when the rules allow no such set. A gang that must stay inside one
-    domain gets victims of one domain only: the domain whose victims lose the least work in all
-    (then the fewest victims, then the domain's name).
-
-    Args:
-        preemptor: The waiting job.
-        request: Its gang request.
-        view: The pool, with the ledger's allocations.
-        book: The pool's quotas and usage.
-        running: Gangs holding a placement in this pool.
-        taken: GPUs per node already promised in this round (and nominated to others).
-        in_flight: Jobs already being preempted (never chosen twice).
-        now: Unix seconds.
-
-    Returns:
-        (victims in the order they were chosen, the placement the preemptor would get), or None.
-    """
-    gpus = request.gpus
-    candidates = _eligible(preemptor, gpus, book, running, in_flight, now)
-    if not candidates:
-        return None
-    free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
-    if free + sum(len(v.placement.nodes) * rank_gpus(v.record, view.resource) for v, _ in candidates) < gpus:  # type: ignore[union-attr]
-        return None  # even every candidate would not make room
-    candidates = victim_order(candidates, now)
-    level = _domain_level(request, view)
-    if level is None:
-        return _select(candidates, request, view, book, taken, now, None)
-    best = None
-    for domain, members in sorted(_by_domain(view, level.node_label).items()):
-        names = frozenset(members)
-        mine = [c for c in candidates if names.intersection(c[0].placement.nodes)]  # type: ignore[union-attr]
-        if not mine:
-            continue
-        got = _select(mine, request, view, book, taken, now, names)
-        if got is None:
-            continue
-        key = (sum(v.lost_gpu_seconds for v in got[0]), len(got[0]), domain)
-        if best is None or key < best[0]:
-            best = (key, got)
-    return None if best is None else best[1]
-
-
-def _by_domain(view: PoolView, label: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for n in view.nodes:
-        value = n.labels.get(label)
-        if value is not None:
-            out.setdefault(value, []).append(n.name)
-    return out
-
-
-def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: PoolView, book: QuotaBook,
-            taken: Mapping[str, int], now: float, only: frozenset[str] | None) -> tuple[list[Victim], Placement] | None:
-    """Greedy in ``candidates``' order until the gang fits (on the nodes of ``only`` when given),
-    then drop every victim the placement does not need."""
-    used = dict(book.used)
-    chosen: list[Victim] = []
-    freed: dict[str, int] = {}
-    placement = None
-    for v, reason in candidates:
-        vteam = book.team(v.record.namespace)
-        if reason == QUOTA_RECLAIM and used.get(vteam, 0) <= book.nominal.get(vteam, 0):
-            continue  # that team no longer borrows: reclaim stops there
-        per = rank_gpus(v.record, view.resource)
-        by_node: dict[str, int] = {}
-        for n in v.placement.nodes:  # type: ignore[union-attr]
-            by_node[n] = by_node.get(n, 0) + per
-        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource), by_node))
-        for n, g in by_node.items():
-            freed[n] = freed.get(n, 0) + g
-        used[vteam] = used.get(vteam, 0) - sum(by_node.values())
-        placement = _fits(request, view, taken, freed, only)
-        if placement is not None:
-            break
-    if placement is None:
-        return None
-    for victim in list(reversed(chosen[:-1])):  # keep the fewest: drop any the placement does not need
-        trial = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
-        if (p := _fits(request, view, taken, trial, only)) is not None:
-            chosen.remove(victim)
-            freed, placement = trial, p
-    return chosen, placement

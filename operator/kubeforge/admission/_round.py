@@ -9,7 +9,8 @@ from typing import Mapping
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._request import gang_request, nvlink_request
-from kubeforge.admission._quota import QuotaBook, Victim, choose_victims, quota_book
+from kubeforge.admission._quota import QuotaBook, quota_book
+from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import (
