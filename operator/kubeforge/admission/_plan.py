@@ -21,29 +21,17 @@ from kubeforge.admission._ledger import Ledger, build_ledgers
 from kubeforge.admission._round import Admit, Preempt, Round, Wait
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
-from kubeforge.admission._request import gang_request, group_request, group_shape, own_anti_affinity  # noqa: F401
+from kubeforge.admission._request import gang_request
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
 from kubeforge.objects import (
-    ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, FAILED, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
-    TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY, InferenceServiceRecord, Key, condition, condition_time,
-    groups_of, status_time,
+    ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
+    TERMINAL_JOB_PHASES, Key, condition, condition_time, status_time,
 )
-from kubeforge.admission._ordering import entry_order, service_order
-from kubeforge.placement import PendingGang, Placement, place_gang
+from kubeforge.admission._groups import PlaceGroup, place_groups
+from kubeforge.admission._ordering import entry_order
+from kubeforge.placement import PendingGang
 
-
-
-@dataclass(frozen=True)
-class PlaceGroup:
-    """An InferenceService replica group given nodes: ``placement`` in ``pool`` (worker w on
-    ``placement.nodes[w]``, the leader first), each pod holding ``gpus_per_pod``."""
-
-    key: Key
-    index: int
-    pool: str
-    placement: Placement
-    gpus_per_pod: int
 
 
 @dataclass
@@ -188,61 +176,6 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     return None
 
 
-def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]:
-    """The indices of ``svc``'s groups that want nodes now: groups released to be placed again
-    (in index order), then new indices up to ``status.desiredReplicas`` (failed groups keep
-    their index and count; draining ones are on their way out)."""
-    groups = groups_of(svc.status)
-    assumed = {i for (k, i) in snapshot.assumed_groups if k == svc.key}
-    waiting = [g.index for g in groups if not g.nodes and g.phase != FAILED and g.index not in assumed]
-    active = sum(1 for g in groups if g.draining_since is None) + len(assumed - {g.index for g in groups})
-    want = max(0, int(svc.status.get("desiredReplicas") or 0) - active)
-    used = {g.index for g in groups} | assumed
-    fresh, i = [], 0
-    while len(fresh) < want:
-        if i not in used:
-            fresh.append(i)
-        i += 1
-    return waiting + fresh
-
-
-def _place_groups(plan: AdmissionPlan, snapshot: Snapshot, taken: dict[str, dict[str, int]]) -> None:
-    """Give serving replica groups nodes from what the gangs left, oldest service first, whole
-    groups only (one domain of the level for a group of several pods)."""
-    for svc in service_order(snapshot.services.values()):
-        if svc.deleting or svc.spec is None or svc.namespace in snapshot.terminating:
-            continue
-        wanted = _groups_wanted(svc, snapshot)
-        if not wanted:
-            continue
-        notes: list[str] = []
-        permanent = True
-        for index in wanted:
-            placed = False
-            for pool in svc.spec.pools:
-                view = plan.views.get(pool)
-                if view is None:
-                    notes.append(f"GPUPool {pool!r} does not exist")
-                    continue
-                shape = group_shape(svc, view)
-                if isinstance(shape, str):
-                    notes.append(shape)
-                    continue
-                result = place_gang(group_request(svc, view, shape), view.nodes, view.levels, taken[view.resource])
-                if isinstance(result, Placement):
-                    for node, gpus in result.gpus_by_node.items():
-                        taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus
-                    plan.groups.append(PlaceGroup(svc.key, index, pool, result, shape.held))
-                    placed = True
-                    break
-                permanent = permanent and result.permanent
-                notes.append(f"pool {pool}: {result.reason}" if len(svc.spec.pools) > 1 else result.reason)
-            if not placed:
-                reason = UNSCHEDULABLE if permanent else WAITING_FOR_CAPACITY
-                plan.serving_waits[svc.key] = (reason, "; ".join(dict.fromkeys(notes)))
-                break  # the next group of this service would not fit either
-
-
 def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None) -> AdmissionPlan:
     """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
     node; see the module docstring for the order and the rules.
@@ -307,7 +240,9 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.waits = waits
     memo.settle(plan.views, taken)
 
-    _place_groups(plan, snapshot, taken)
+    groups, waits = place_groups(snapshot, plan.views, taken)
+    plan.groups.extend(groups)
+    plan.serving_waits.update(waits)
 
     for resource, extra in taken.items():
         led = plan.ledgers[resource]
