@@ -50,12 +50,30 @@ def mk_node(name: str, gpus: int = 8, labels: Mapping[str, str] | None = None, *
                 ready=ready, ready_changed=None, allocatable=dict(res), capacity=dict(res))
 
 
-def mk_pool(name: str, selector: Mapping[str, Any] | None = None, *, resource: str | None = None,
-            levels: list[tuple[str, str]] | None = None, capacity_type: str | None = None,
-            tolerations: list[dict] | None = None, price: float | None = None, generation: int = 1,
-            status: Mapping[str, Any] | None = None, preemption: Mapping[str, Any] | None = None):
-    """A GPUPool record. ``selector`` is a LabelSelector dict (None: empty, every GPU node);
-    ``levels`` (name, label) pairs, narrowest first (None: detected)."""
+def node_body(name: str, gpus: int = 8, labels: Mapping[str, str] | None = None, *, resource: str = GPU,
+              taints: Iterable[Mapping[str, str]] = ()) -> dict[str, Any]:
+    """A Ready Node as the API server holds it: ``gpus`` of ``resource`` (allocatable =
+    capacity), 96 CPUs, 1 TiB of memory; ``taints`` as core/v1 Taint dicts."""
+    res = {resource: str(gpus), "cpu": "96", "memory": "1Ti"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+            "status": {"allocatable": dict(res), "capacity": dict(res),
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def mk_pool(name: str, selector: Mapping[str, Any] | None = None, **kw: Any):
+    """A GPUPool record (see :func:`pool_body` for the keywords)."""
+    rec = record_from_k8s(GPUPoolSpec, pool_body(name, selector, **kw))
+    assert rec.spec is not None, rec.spec_error
+    return rec
+
+
+def pool_body(name: str, selector: Mapping[str, Any] | None = None, *, resource: str | None = None,
+              levels: list[tuple[str, str]] | None = None, capacity_type: str | None = None,
+              tolerations: list[dict] | None = None, price: float | None = None, generation: int = 1,
+              status: Mapping[str, Any] | None = None, preemption: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A GPUPool as the API server holds it. ``selector`` is a LabelSelector dict (None: empty,
+    every GPU node); ``levels`` (name, label) pairs, narrowest first (None: detected)."""
     spec: dict[str, Any] = {}
     if selector is not None:
         spec["nodeSelector"] = dict(selector)
@@ -71,12 +89,10 @@ def mk_pool(name: str, selector: Mapping[str, Any] | None = None, *, resource: s
         spec["pricePerGPUHour"] = price
     if preemption is not None:
         spec["preemption"] = dict(preemption)
-    body = {"metadata": {"name": name, "uid": f"pool-{next(_uids)}", "generation": generation,
+    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool",
+            "metadata": {"name": name, "uid": f"pool-{next(_uids)}", "generation": generation,
                          "creationTimestamp": iso(NOW - 86400)},
             "spec": spec, "status": dict(status or {})}
-    rec = record_from_k8s(GPUPoolSpec, body)
-    assert rec.spec is not None, rec.spec_error
-    return rec
 
 
 def job_body(name: str, *, ns: str = NS, replicas: int = 1, gpus: int = 8, pools=("p",),
@@ -138,8 +154,18 @@ def service_body(name: str, *, ns: str = NS, pools=("p",), gpus: int | None = 1,
         spec["gpusPerReplica"] = gpus
     spec["topology"] = dict(topology or {"mode": "None"})
     spec.update(spec_extra)
-    return {"metadata": {"name": name, "namespace": ns, "uid": f"svc-{next(_uids)}", "generation": generation,
+    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns, "uid": f"svc-{next(_uids)}", "generation": generation,
                          "creationTimestamp": iso(NOW - 3600)}, "spec": spec, "status": copy.deepcopy(dict(status or {}))}
+
+
+def submitted(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` (a :func:`job_body` or :func:`service_body`) as a user submits it: without what
+    the API server sets (uid, creationTimestamp, resourceVersion)."""
+    out = copy.deepcopy(dict(body))
+    for k in ("uid", "creationTimestamp", "resourceVersion"):
+        out["metadata"].pop(k, None)
+    return out
 
 
 def mk_service(name: str, **kw: Any):
