@@ -334,6 +334,36 @@ class FakeKube:
             await self.put("Pod", p)
 
 
+async def settle(kube: FakeKube, rounds: int = 25) -> None:
+    """The operator to a fixed point, level-based: an admission round at :attr:`FakeKube.now`,
+    every job's and every service's reconcile (and whatever their queues hold), the scheduler
+    and the kubelet, until no object changes. A reconcile that fails with a transient error is
+    retried by the next round, as by the work queue."""
+    from kubeforge.runtime.admission import admission_round
+    from kubeforge.runtime.inference import reconcile_service
+    from kubeforge.runtime.training import reconcile_job
+
+    async def one(coro: Any) -> None:
+        try:
+            await coro
+        except ApiError as e:
+            if not e.transient:
+                raise
+
+    for _ in range(rounds):
+        before = sorted((k, o["metadata"]["resourceVersion"]) for k, o in kube.objects.items())
+        await admission_round(kube.rt, kube.now)
+        for kind, queue, reconcile in (("TrainingJob", kube.rt.jobs, reconcile_job),
+                                       ("InferenceService", kube.rt.services, reconcile_service)):
+            keys = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube.items(kind)}
+            for key in sorted(keys | set(queue.take())):
+                await one(reconcile(kube.rt, key))
+        await kube.kubelet()
+        if sorted((k, o["metadata"]["resourceVersion"]) for k, o in kube.objects.items()) == before:
+            return
+    raise AssertionError(f"no fixed point after {rounds} rounds")
+
+
 def requests(spec: Mapping[str, Any]) -> dict[str, int]:
     """What kube-scheduler counts for a pod: its extended resources (names with a ``/``, whole
     counts) by ``AggregateContainerRequests`` (KEP-753): app containers and restartable init
