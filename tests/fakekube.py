@@ -60,24 +60,37 @@ class Store(Mapping):
 
     def __init__(self) -> None:
         self.by_object: dict[Any, dict[Any, Any]] = {}
+        self.by_key: dict[Any, dict[Any, Any]] = {}
 
     def put(self, obj: Any, entries: dict[Any, Any]) -> None:
+        for key in self.by_object.get(obj, {}).keys() - entries.keys():
+            self._unlink(key, obj)
+        for key, value in entries.items():
+            self.by_key.setdefault(key, {})[obj] = value
         self.by_object[obj] = dict(entries)
 
     def drop(self, obj: Any) -> None:
-        self.by_object.pop(obj, None)
+        for key in self.by_object.pop(obj, {}):
+            self._unlink(key, obj)
+
+    def _unlink(self, key: Any, obj: Any) -> None:
+        values = self.by_key.get(key)
+        if values is not None:
+            values.pop(obj, None)
+            if not values:
+                del self.by_key[key]
 
     def __getitem__(self, key: Any) -> list[Any]:
-        out = [e[key] for e in self.by_object.values() if key in e]
-        if not out:
+        values = self.by_key.get(key)
+        if not values:
             raise KeyError(key)
-        return out
+        return list(values.values())
 
     def __iter__(self) -> Iterator[Any]:
-        return iter({k for e in self.by_object.values() for k in e})
+        return iter(list(self.by_key))
 
     def __len__(self) -> int:
-        return len(set(self))
+        return len(self.by_key)
 
 
 class FakeQueue:
@@ -140,6 +153,8 @@ class FakeKube:
         pod calls that follow it: nothing of the call is applied, the process's memory is lost
         and a fresh one starts on the re-listed indexes; the dying reconcile raises
         :class:`Crashed`)."""
+        self.writes = 0
+        """Objects written or removed so far: a fixed point is a round that moves it not."""
         self.skew = 0.0
         """Seconds added to the Cache's monotonic clock (see :meth:`clock`)."""
         self.during_slow_write: Any = None
@@ -195,7 +210,7 @@ class FakeKube:
         return self.objects.get((kind, ns or "", name))
 
     def items(self, kind: str) -> list[dict[str, Any]]:
-        return [o for (k, _, _), o in sorted(self.objects.items()) if k == kind]
+        return [o for _, o in sorted((key, o) for key, o in self.objects.items() if key[0] == kind)]
 
     async def put(self, kind: str, body: dict[str, Any], *, new: bool = False) -> dict[str, Any]:
         md = body.setdefault("metadata", {})
@@ -204,6 +219,7 @@ class FakeKube:
             md.setdefault("creationTimestamp", stamp(self.now))
             md.setdefault("generation", 1)
         md["resourceVersion"] = str(next(self.rv))
+        self.writes += 1
         self.objects[(kind, md.get("namespace") or "", md["name"])] = body
         await self.index(kind, body)
         return body
@@ -219,6 +235,7 @@ class FakeKube:
         self.gone_at.pop((kind, ns or "", name), None)
         if body is None:
             return
+        self.writes += 1
         if kind in HANDLERS:
             self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
         uid = body["metadata"].get("uid")
@@ -351,7 +368,7 @@ async def settle(kube: FakeKube, rounds: int = 25) -> None:
                 raise
 
     for _ in range(rounds):
-        before = sorted((k, o["metadata"]["resourceVersion"]) for k, o in kube.objects.items())
+        before = kube.writes
         await admission_round(kube.rt, kube.now)
         for kind, queue, reconcile in (("TrainingJob", kube.rt.jobs, reconcile_job),
                                        ("InferenceService", kube.rt.services, reconcile_service)):
@@ -359,7 +376,7 @@ async def settle(kube: FakeKube, rounds: int = 25) -> None:
             for key in sorted(keys | set(queue.take())):
                 await one(reconcile(kube.rt, key))
         await kube.kubelet()
-        if sorted((k, o["metadata"]["resourceVersion"]) for k, o in kube.objects.items()) == before:
+        if kube.writes == before:
             return
     raise AssertionError(f"no fixed point after {rounds} rounds")
 
