@@ -706,7 +706,7 @@ def run(evs, grace: float, interleave: float = 0.5, seed: int = 0) -> World:
 _GANG = ("submit", 2, 8, 3, 0, 1, 0, 0, 1, 0, 0)  # 2 x 8 GPUs in one NVLink domain of pool od
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=130, deadline=None)
 @given(st.lists(events, min_size=1, max_size=25), st.sampled_from([0.0, 30.0]), st.sampled_from([0.0, 0.5, 1.0]),
        st.integers(0, 2**16))
 # The race of issue 9, always tried: j3's placement write outlives ASSUME_TTL while the older j0
@@ -718,7 +718,7 @@ def test_ledger_matches_pods_over_random_events(evs, grace, interleave, seed):
     run(evs, grace, interleave, seed)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(submits, min_size=2, max_size=10),
        st.lists(st.one_of(st.tuples(st.just("taint"), st.integers(0, 7), st.just(0)),
                           st.tuples(st.just("disrupt"), picks, picks),
