@@ -525,12 +525,6 @@ class FakeClient:
 
     async def patch_status(self, kind: str, namespace: str | None, name: str, status: Mapping[str, Any],
                            resource_version: str | None = None) -> dict | None:
-        self._suffer("-")
-        o = self.kube.get(kind, namespace, name)
-        if o is None:
-            return None
-        if resource_version and o["metadata"]["resourceVersion"] != resource_version:
-            raise ApiError(409, "Conflict", "the object has been modified")
         if status.get("placement") and self._suffer("slow"):
             from kubeforge.runtime.admission import admission_round
             from kubeforge.runtime.cache import ASSUME_TTL
@@ -538,6 +532,13 @@ class FakeClient:
             if self.kube.during_slow_write is not None:
                 await self.kube.during_slow_write()
             await admission_round(self.kube.rt, self.kube.now)  # ...and a round runs meanwhile
+        # the write arrives now: the object as it is now (deleted, changed meanwhile) decides
+        self._suffer("-")
+        o = self.kube.get(kind, namespace, name)
+        if o is None:
+            return None
+        if resource_version and o["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError(409, "Conflict", "the object has been modified")
         o.setdefault("status", {})
         merge(o["status"], status)
         await self.kube.put(kind, o)
