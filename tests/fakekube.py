@@ -1,13 +1,15 @@
 """An in-memory API server, scheduler and kubelet for driving the REAL runtime (issue 17).
 
-The property tests in tests/test_runtime_properties.py run ``runtime.training.reconcile_job``,
-``runtime.admission.admission_round`` and ``runtime.inference.reconcile_service`` exactly as the
-operator runs them, with:
+The property tests in tests/test_runtime_properties.py and tests/test_ledger_properties.py (and
+a few tests of tests/test_admission.py, through :func:`settle`) run
+``runtime.training.reconcile_job``, ``runtime.admission.admission_round`` and
+``runtime.inference.reconcile_service`` exactly as the operator runs them, with:
 
 - :class:`FakeClient` in place of :class:`kubeforge.runtime.client.KubeClient`: objects with
   resourceVersions, ``409`` on a stale write, merge / JSON patches, server-side apply, owner
   references garbage-collected, and injectable failures (a transient error on a write, a lost
-  answer after the write was applied);
+  answer after the write was applied, a write slower than ASSUME_TTL, the process dying before
+  a pod call: see :attr:`FakeKube.fail_next`);
 - the real kopf index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
   stores shaped like kopf's (key -> one value per object), so the Cache reads what it reads in
   production;
