@@ -1,19 +1,27 @@
 """An in-memory API server, scheduler and kubelet for driving the REAL runtime (issue 17).
 
-The property tests in tests/test_runtime_properties.py run ``runtime.training.reconcile_job``,
-``runtime.admission.admission_round`` and ``runtime.inference.reconcile_service`` exactly as the
-operator runs them, with:
+The property tests in tests/test_runtime_properties.py and tests/test_ledger_properties.py (and
+a few tests of tests/test_admission.py, through :func:`settle`) run
+``runtime.training.reconcile_job``, ``runtime.admission.admission_round`` and
+``runtime.inference.reconcile_service`` exactly as the operator runs them, with:
 
 - :class:`FakeClient` in place of :class:`kubeforge.runtime.client.KubeClient`: objects with
   resourceVersions, ``409`` on a stale write, merge / JSON patches, server-side apply, owner
   references garbage-collected, and injectable failures (a transient error on a write, a lost
-  answer after the write was applied);
+  answer after the write was applied, a write slower than ASSUME_TTL, the process dying before
+  a pod call: see :attr:`FakeKube.fail_next`);
 - the real kopf index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
   stores shaped like kopf's (key -> one value per object), so the Cache reads what it reads in
   production;
 - a scheduler and kubelet: a pod pinned to a node (``metadata.name`` in its node affinity) binds
-  there when the node's bound pods leave room for every extended resource it requests (else it
-  is ``Unschedulable``), then runs and is Ready; a deleted pod goes after its grace period.
+  there when the node is Ready, not cordoned, its NoSchedule / NoExecute taints are tolerated
+  and its bound pods leave room for every extended resource the pod requests (else it is
+  ``Unschedulable``), then runs and is Ready; a deleted pod goes once its grace period has
+  passed on the clock (at once when terminal); the garbage collector deletes a deleted owner's
+  pods gracefully; a provisioner binds every claim; pods of nobody's are bound by
+  :meth:`FakeKube.bind_anywhere`;
+- a clock: ``now`` moves only when a test moves it; :meth:`FakeKube.clock` is a ``time`` module
+  reading it, which :meth:`FakeKube.use_clock` installs in the runtime's modules.
 
 No network, no threads: one asyncio loop, deterministic given the events.
 """
@@ -27,7 +35,6 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from kubeforge.objects import pod_requests
 from kubeforge.runtime import indexes as ix
 from kubeforge.runtime.client import RESOURCES, ApiError
 from kubeforge.runtime.state import Runtime
@@ -55,24 +62,37 @@ class Store(Mapping):
 
     def __init__(self) -> None:
         self.by_object: dict[Any, dict[Any, Any]] = {}
+        self.by_key: dict[Any, dict[Any, Any]] = {}
 
     def put(self, obj: Any, entries: dict[Any, Any]) -> None:
+        for key in self.by_object.get(obj, {}).keys() - entries.keys():
+            self._unlink(key, obj)
+        for key, value in entries.items():
+            self.by_key.setdefault(key, {})[obj] = value
         self.by_object[obj] = dict(entries)
 
     def drop(self, obj: Any) -> None:
-        self.by_object.pop(obj, None)
+        for key in self.by_object.pop(obj, {}):
+            self._unlink(key, obj)
+
+    def _unlink(self, key: Any, obj: Any) -> None:
+        values = self.by_key.get(key)
+        if values is not None:
+            values.pop(obj, None)
+            if not values:
+                del self.by_key[key]
 
     def __getitem__(self, key: Any) -> list[Any]:
-        out = [e[key] for e in self.by_object.values() if key in e]
-        if not out:
+        values = self.by_key.get(key)
+        if not values:
             raise KeyError(key)
-        return out
+        return list(values.values())
 
     def __iter__(self) -> Iterator[Any]:
-        return iter({k for e in self.by_object.values() for k in e})
+        return iter(list(self.by_key))
 
     def __len__(self) -> int:
-        return len(set(self))
+        return len(self.by_key)
 
 
 class FakeQueue:
@@ -105,11 +125,22 @@ class Memo:
         self.rt = rt
 
 
-class FakeKube:
-    """The cluster: objects by (kind, namespace, name), the index stores, a clock."""
+class Crashed(Exception):
+    """The operator process died in the middle of a call (the "crash" fault): nothing of the
+    call was applied, and every later call of that process fails the same way."""
 
-    def __init__(self, now: float):
+
+class FakeKube:
+    """The cluster: objects by (kind, namespace, name), the index stores, a clock.
+
+    ``grace`` is the grace period of a pod deletion that names none (the pods'
+    ``terminationGracePeriodSeconds``), in seconds of :attr:`now`."""
+
+    def __init__(self, now: float, grace: float = 0.0):
         self.now = now
+        self.grace = grace
+        self.gone_at: dict[tuple[str, str, str], float] = {}
+        """When each pod being deleted gracefully is gone (its deletion time plus its grace)."""
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.rv = itertools.count(1)
         self.uids = _UIDS
@@ -117,9 +148,15 @@ class FakeKube:
         self.fail_next: list[str] = []
         """Faults of the next writes: "create" (the next pod create gets no answer and is not
         applied: the reconcile is cut between its status write and its pods), "lost" (the next
-        status write is applied but its answer never comes back) and "slow" (the next status write
+        status write is applied but its answer never comes back), "slow" (the next status write
         that carries a placement takes longer than the Cache's ASSUME_TTL, and an admission round
-        runs meanwhile, as another task of the operator would)."""
+        runs meanwhile, as another task of the operator would) and "crash" (the operator process
+        dies at its next pod or claim create, delete or patch, i.e. between a status write and the
+        pod calls that follow it: nothing of the call is applied, the process's memory is lost
+        and a fresh one starts on the re-listed indexes; the dying reconcile raises
+        :class:`Crashed`)."""
+        self.writes = 0
+        """Objects written or removed so far: a fixed point is a round that moves it not."""
         self.skew = 0.0
         """Seconds added to the Cache's monotonic clock (see :meth:`clock`)."""
         self.during_slow_write: Any = None
@@ -127,20 +164,36 @@ class FakeKube:
         self.rt = self.new_runtime()
 
     def clock(self) -> Any:
-        """A stand-in for the ``time`` module of :mod:`kubeforge.runtime.cache` whose monotonic
-        clock runs ``skew`` seconds ahead (install it with monkeypatch)."""
+        """A stand-in for the ``time`` module: ``time()`` is :attr:`now` and ``monotonic()``
+        runs with it, ``skew`` seconds ahead (install it with monkeypatch, or
+        :meth:`use_clock`)."""
         kube = self
 
         class _Time:
             @staticmethod
+            def time() -> float:
+                return kube.now
+
+            @staticmethod
             def monotonic() -> float:
-                import time as real
-                return real.monotonic() + kube.skew
+                return kube.now + kube.skew
 
             def __getattr__(self, name: str) -> Any:
                 import time as real
                 return getattr(real, name)
         return _Time()
+
+    def use_clock(self, monkeypatch: Any) -> None:
+        """Make the runtime read :meth:`clock`: the reconciles' ``time.time()``, the Cache's
+        TTLs (assumed placements, expectations, the status overlay) and the admission loop's."""
+        import kubeforge.runtime.admission as admission
+        import kubeforge.runtime.cache as cache
+        import kubeforge.runtime.inference as inference
+        import kubeforge.runtime.training as training
+
+        clock = self.clock()
+        for mod in (admission, cache, inference, training):
+            monkeypatch.setattr(mod, "time", clock)
 
     def new_runtime(self) -> Runtime:
         """A fresh operator process (memory lost, as after a SIGKILL) on the same cluster."""
@@ -159,7 +212,7 @@ class FakeKube:
         return self.objects.get((kind, ns or "", name))
 
     def items(self, kind: str) -> list[dict[str, Any]]:
-        return [o for (k, _, _), o in sorted(self.objects.items()) if k == kind]
+        return [o for _, o in sorted((key, o) for key, o in self.objects.items() if key[0] == kind)]
 
     async def put(self, kind: str, body: dict[str, Any], *, new: bool = False) -> dict[str, Any]:
         md = body.setdefault("metadata", {})
@@ -168,6 +221,7 @@ class FakeKube:
             md.setdefault("creationTimestamp", stamp(self.now))
             md.setdefault("generation", 1)
         md["resourceVersion"] = str(next(self.rv))
+        self.writes += 1
         self.objects[(kind, md.get("namespace") or "", md["name"])] = body
         await self.index(kind, body)
         return body
@@ -180,14 +234,36 @@ class FakeKube:
 
     async def remove(self, kind: str, ns: str | None, name: str) -> None:
         body = self.objects.pop((kind, ns or "", name), None)
+        self.gone_at.pop((kind, ns or "", name), None)
         if body is None:
             return
+        self.writes += 1
         if kind in HANDLERS:
             self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
         uid = body["metadata"].get("uid")
         for key, o in list(self.objects.items()):  # the garbage collector
             if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or []):
-                await self.remove(*key)
+                if key[0] == "Pod":
+                    await self.delete_pod(key[1], key[2])  # gracefully, as the collector does
+                else:
+                    await self.remove(*key)
+
+    async def delete_pod(self, ns: str, name: str, grace: float | None = None) -> bool:
+        """A graceful pod deletion: ``deletionTimestamp`` set now; the kubelet removes the pod
+        once ``grace`` (default :attr:`grace`) has passed, or at once when it is terminal. A
+        second deletion changes nothing. False when there is no such pod."""
+        body = self.get("Pod", ns, name)
+        if body is None:
+            return False
+        md = body["metadata"]
+        if md.get("deletionTimestamp"):
+            return True
+        grace = self.grace if grace is None else grace
+        md["deletionTimestamp"] = stamp(self.now)
+        md["deletionGracePeriodSeconds"] = int(grace)
+        self.gone_at[("Pod", ns, name)] = self.now + grace
+        await self.put("Pod", body)
+        return True
 
     async def index(self, kind: str, body: dict[str, Any]) -> None:
         if kind not in HANDLERS:
@@ -209,27 +285,62 @@ class FakeKube:
         held: dict[str, int] = {}
         for p in self.items("Pod"):
             if p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed"):
-                for r, v in pod_requests(p["spec"]).items():
+                for r, v in requests(p["spec"]).items():
                     held[r] = held.get(r, 0) + v
         return held
 
+    def fits(self, node: str, spec: Mapping[str, Any]) -> bool:
+        """kube-scheduler's verdict for a pod on a node: the node is Ready and not cordoned, the
+        pod tolerates its NoSchedule and NoExecute taints, and its bound pods leave room for
+        every extended resource the pod requests."""
+        nb = self.get("Node", None, node)
+        if nb is None or nb["spec"].get("unschedulable"):
+            return False
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in nb["status"].get("conditions") or []):
+            return False
+        tolerations = spec.get("tolerations") or []
+        for taint in nb["spec"].get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerated(t, taint) for t in tolerations):
+                return False
+        held = self.bound(node)
+        alloc = {k: int(v) for k, v in nb["status"]["allocatable"].items() if "/" in k}
+        return all(held.get(r, 0) + v <= alloc.get(r, 0) for r, v in requests(spec).items())
+
+    async def bind_anywhere(self, body: dict[str, Any], prefer: list[str] = ()) -> str | None:  # type: ignore[assignment]
+        """A pod of nobody's, created and bound by kube-scheduler to the first node (of ``prefer``,
+        then by name) where it fits; left Pending (holding nothing) when none does. Returns
+        the node."""
+        names = sorted(md["metadata"]["name"] for md in self.items("Node"))
+        target = next((n for n in list(prefer) + [n for n in names if n not in prefer] if self.fits(n, body["spec"])),
+                      None)
+        body = copy.deepcopy(body)
+        if target is not None:
+            body["spec"]["nodeName"] = target
+        body["status"] = {"phase": "Running" if target else "Pending"}
+        await self.put("Pod", body, new=True)
+        return target
+
     async def kubelet(self) -> None:
-        """Finish deletions, bind pinned pods where they fit (else Unschedulable), run them."""
+        """The provisioner binds claims; finish deletions whose grace has passed; bind pinned
+        pods where they fit (else Unschedulable), run them."""
+        for c in list(self.items("PersistentVolumeClaim")):
+            if c.get("status", {}).get("phase") != "Bound":
+                c["status"] = {"phase": "Bound"}
+                await self.put("PersistentVolumeClaim", c)
         for p in list(self.items("Pod")):
             md = p["metadata"]
-            if md.get("deletionTimestamp"):
-                await self.remove("Pod", md["namespace"], md["name"])
+            key = ("Pod", md["namespace"], md["name"])
+            if md.get("deletionTimestamp") and (p["status"].get("phase") in ("Succeeded", "Failed")
+                                                or self.now >= self.gone_at.get(key, self.now)):
+                await self.remove(*key)
         for p in list(self.items("Pod")):
             md, spec, st = p["metadata"], p["spec"], p["status"]
-            if spec.get("nodeName") or spec.get("schedulingGates"):
+            if spec.get("nodeName") or spec.get("schedulingGates") or md.get("deletionTimestamp"):
                 continue
             node = pinned_node(spec)
-            nb = self.get("Node", None, node) if node else None
-            if nb is None:
+            if node is None or self.get("Node", None, node) is None:
                 continue
-            held = self.bound(node)
-            alloc = {k: int(v) for k, v in nb["status"]["allocatable"].items() if "/" in k}
-            if all(held.get(r, 0) + v <= alloc.get(r, 0) for r, v in pod_requests(spec).items()):
+            if self.fits(node, spec):
                 spec["nodeName"] = node
                 st.update(phase="Running", podIP=f"10.1.{next(self.uids) % 250}.{next(self.uids) % 250}",
                           conditions=[{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}])
@@ -240,6 +351,81 @@ class FakeKube:
             else:
                 continue
             await self.put("Pod", p)
+
+
+async def settle(kube: FakeKube, rounds: int = 25) -> None:
+    """The operator to a fixed point, level-based: an admission round at :attr:`FakeKube.now`,
+    every job's and every service's reconcile (and whatever their queues hold), the scheduler
+    and the kubelet, until no object changes. A reconcile that fails with a transient error is
+    retried by the next round, as by the work queue."""
+    from kubeforge.runtime.admission import admission_round
+    from kubeforge.runtime.inference import reconcile_service
+    from kubeforge.runtime.training import reconcile_job
+
+    async def one(coro: Any) -> None:
+        try:
+            await coro
+        except ApiError as e:
+            if not e.transient:
+                raise
+
+    for _ in range(rounds):
+        before = kube.writes
+        await admission_round(kube.rt, kube.now)
+        for kind, queue, reconcile in (("TrainingJob", kube.rt.jobs, reconcile_job),
+                                       ("InferenceService", kube.rt.services, reconcile_service)):
+            keys = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube.items(kind)}
+            for key in sorted(keys | set(queue.take())):
+                await one(reconcile(kube.rt, key))
+        await kube.kubelet()
+        if kube.writes == before:
+            return
+    raise AssertionError(f"no fixed point after {rounds} rounds")
+
+
+def requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """What kube-scheduler counts for a pod: its extended resources (names with a ``/``, whole
+    counts) by ``AggregateContainerRequests`` (KEP-753): app containers and restartable init
+    containers add up; every other init container needs its own request plus the sidecars
+    started before it, and the pod at least the largest of those. Written out here, apart from
+    the operator's ``pod_requests``, so that the fake scheduler books what Kubernetes would even
+    where the operator's rule is wrong."""
+    def own(c: Mapping[str, Any]) -> dict[str, int]:
+        res = c.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        return {k: int(str(v)) for k, v in merged.items() if "/" in k}
+
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for k, v in own(c).items():
+            total[k] = total.get(k, 0) + v
+    sidecars: dict[str, int] = {}
+    floor: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        mine = own(c)
+        if c.get("restartPolicy") == "Always":
+            for k, v in mine.items():
+                total[k] = total.get(k, 0) + v
+                sidecars[k] = sidecars.get(k, 0) + v
+            need = sidecars
+        else:
+            need = {k: mine.get(k, 0) + sidecars.get(k, 0) for k in set(mine) | set(sidecars)}
+        for k, v in need.items():
+            floor[k] = max(floor.get(k, 0), v)
+    return {k: v for k in set(total) | set(floor) if (v := max(total.get(k, 0), floor.get(k, 0))) > 0}
+
+
+def tolerated(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """core/v1 ``Toleration.ToleratesTaint``, written out here so that the fake scheduler does not
+    share the operator's own matcher."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    op = toleration.get("operator") or "Equal"
+    if not toleration.get("key"):
+        return op == "Exists"
+    if toleration["key"] != taint.get("key"):
+        return False
+    return op == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def pinned_node(spec: Mapping[str, Any]) -> str | None:
@@ -269,14 +455,26 @@ class FakeClient:
 
     def __init__(self, kube: FakeKube):
         self.kube = kube
+        self.dead = False
 
     def _suffer(self, fault: str) -> bool:
+        if self.dead:
+            raise Crashed("this operator process is dead")
         if fault in self.kube.fail_next:
             self.kube.fail_next.remove(fault)
             return True
         return False
 
+    async def _crash(self, kind: str) -> None:
+        """The "crash" fault, at a pod or claim call: the process dies before the call."""
+        if self._suffer("crash" if kind in ("Pod", "PersistentVolumeClaim") else "-"):
+            self.dead = True
+            self.kube.new_runtime()
+            await self.kube.reindex()
+            raise Crashed(f"injected: the operator died before this {kind} call")
+
     async def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> bool:
+        await self._crash(kind)
         body = copy.deepcopy(dict(body))
         if self.kube.get(kind, namespace, body["metadata"]["name"]) is not None:
             return False
@@ -288,17 +486,16 @@ class FakeClient:
         return True
 
     async def delete(self, kind: str, namespace: str | None, name: str, grace_seconds: int | None = None) -> bool:
-        body = self.kube.get(kind, namespace, name)
-        if body is None:
-            return False
+        await self._crash(kind)
         if kind == "Pod":
-            body["metadata"]["deletionTimestamp"] = stamp(self.kube.now)
-            await self.kube.put(kind, body)
-        else:
-            await self.kube.remove(kind, namespace, name)
+            return await self.kube.delete_pod(namespace or "", name, grace_seconds)
+        if self.kube.get(kind, namespace, name) is None:
+            return False
+        await self.kube.remove(kind, namespace, name)
         return True
 
     async def get(self, kind: str, namespace: str | None, name: str | None = None, **query: Any) -> dict | None:
+        self._suffer("-")
         if name is None:
             return {"items": [copy.deepcopy(o) for o in self.kube.items(kind)
                               if namespace is None or o["metadata"].get("namespace") == namespace]}
@@ -307,6 +504,7 @@ class FakeClient:
 
     async def patch(self, kind: str, namespace: str | None, name: str, body: Any, *, sub: str | None = None,
                     patch_type: str = "merge", read: bool = False) -> dict | None:
+        await self._crash(kind)
         o = self.kube.get(kind, namespace, name)
         if o is None:
             raise ApiError(404, "NotFound", f"{kind} {name} not found")
@@ -320,6 +518,7 @@ class FakeClient:
         return copy.deepcopy(o) if read else None
 
     async def apply(self, kind: str, namespace: str | None, name: str, body: Mapping[str, Any]) -> None:
+        self._suffer("-")
         old = self.kube.get(kind, namespace, name)
         new = copy.deepcopy(dict(body))
         if old is not None:
@@ -328,11 +527,6 @@ class FakeClient:
 
     async def patch_status(self, kind: str, namespace: str | None, name: str, status: Mapping[str, Any],
                            resource_version: str | None = None) -> dict | None:
-        o = self.kube.get(kind, namespace, name)
-        if o is None:
-            return None
-        if resource_version and o["metadata"]["resourceVersion"] != resource_version:
-            raise ApiError(409, "Conflict", "the object has been modified")
         if status.get("placement") and self._suffer("slow"):
             from kubeforge.runtime.admission import admission_round
             from kubeforge.runtime.cache import ASSUME_TTL
@@ -340,6 +534,13 @@ class FakeClient:
             if self.kube.during_slow_write is not None:
                 await self.kube.during_slow_write()
             await admission_round(self.kube.rt, self.kube.now)  # ...and a round runs meanwhile
+        # the write arrives now: the object as it is now (deleted, changed meanwhile) decides
+        self._suffer("-")
+        o = self.kube.get(kind, namespace, name)
+        if o is None:
+            return None
+        if resource_version and o["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError(409, "Conflict", "the object has been modified")
         o.setdefault("status", {})
         merge(o["status"], status)
         await self.kube.put(kind, o)
@@ -348,7 +549,8 @@ class FakeClient:
         return copy.deepcopy(o)
 
     async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        self._suffer("-")
         return {"resources": []}
 
 
-__all__ = ["FakeKube", "FakeClient", "RESOURCES", "asyncio"]
+__all__ = ["Crashed", "FakeKube", "FakeClient", "RESOURCES", "asyncio"]

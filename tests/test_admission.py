@@ -1,12 +1,14 @@
 """Table-driven tests of kubeforge.admission: the ledger, pool views and status, and
 plan_admission's queue, fallback and serving rules.
 
-Inputs are built with the small builders of ``tests/simcluster.py``, through the parsers the
-operator uses (``record_from_k8s``, ``pod_from_k8s``, ``build_worker_pod``).
+Inputs are built with the small builders of ``tests/records.py``, through the parsers the
+operator uses (``record_from_k8s``, ``pod_from_k8s``, ``build_worker_pod``). Two tests run the
+real runtime (admission round, job reconcile) on the in-memory cluster of ``tests/fakekube.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -21,9 +23,12 @@ from kubeforge.lifecycle import TrainingContext, plan_training
 from kubeforge.objects import PlacementRecord, Taint, pod_requests
 from kubeforge.objects._labels import VOLUME_GATE
 
-from simcluster import (
-    BLOCK, CLIQUE, GPU, NOW, NS, SPOT, SimCluster, foreign_pod, iso, job_body, mk_job, mk_node, mk_pool,
-    mk_service, placed, snapshot, view, worker_pod,
+from fakekube import FakeKube, pinned_node, settle
+from kubeforge.runtime.admission import admission_round
+from kubeforge.runtime.training import reconcile_job
+from records import (
+    BLOCK, CLIQUE, GPU, NOW, NS, SPOT, foreign_pod, iso, job_body, mk_job, mk_node, mk_pool,
+    mk_service, node_body, placed, pool_body, snapshot, submitted, view, worker_pod,
 )
 
 MIG = "nvidia.com/mig-1g.10gb"
@@ -605,33 +610,54 @@ def test_nothing_is_placed_for_a_service_being_deleted_or_invalid():
 # ------------------------------------------------------------------------------- through the lifecycle
 
 
-def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods():
-    """One pass of the runtime: an admitted gang's reconcile writes status.placement, makes its
-    checkpoint claim and, in the same step, one pod per rank pinned to placement.nodes[rank]
-    behind the volume gate; once the claim is bound the gate is lifted. The ledger holds the
-    same GPUs all along."""
-    sim = SimCluster(nodes(2), [mk_pool("p")])
-    key = sim.add_job(job_body("j", replicas=2, gpus=8, created=NOW - 5))
-    plan = sim.admission_round()
-    before = dict(plan.ledgers[GPU].per_node)
-    sim.reconcile(key)
-    st = sim.jobs[key].status
-    assert st["placement"]["nodes"] == list(admitted(plan)["j"].placement.nodes)
-    assert st["attempt"] == 0 and key not in sim.assumed
-    assert sim.claims == {(NS, "j-checkpoint"): "Pending"}
-    pods = sorted(sim.job_pods(key), key=lambda p: p.rank)
-    assert [(p.name, p.assigned, p.attempt, p.gates) for p in pods] == [
-        ("j-worker-0-0", st["placement"]["nodes"][0], 0, (VOLUME_GATE,)),
-        ("j-worker-1-0", st["placement"]["nodes"][1], 0, (VOLUME_GATE,))]
-    assert build_ledger(sim.snapshot(), GPU).per_node == before
-    sim.kubelet()  # the provisioner binds the claim; gated pods are not bound
-    assert all(p.node is None for p in sim.job_pods(key))
-    sim.reconcile(key)
-    assert all(p.gates == () for p in sim.job_pods(key))
-    assert build_ledger(sim.snapshot(), GPU).per_node == before
-    sim.settle()
-    sim.check_settled()
-    assert sim.jobs[key].status["phase"] == "Running"
+async def _cluster(nodes: int) -> FakeKube:
+    """A FakeKube of ``nodes`` 8-GPU nodes, pool ``p`` over them, namespace NS."""
+    kube = FakeKube(NOW)
+    await kube.put("Namespace", {"metadata": {"name": NS}, "status": {"phase": "Active"}}, new=True)
+    for i in range(nodes):
+        await kube.put("Node", node_body(f"n{i}", 8), new=True)
+    await kube.put("GPUPool", pool_body("p"), new=True)
+    return kube
+
+
+def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods(monkeypatch):
+    """One pass of the runtime (the real admission round and job reconcile, on FakeKube): an
+    admitted gang's reconcile writes status.placement, makes its checkpoint claim and, in the
+    same step, one pod per rank pinned to placement.nodes[rank] behind the volume gate; once the
+    claim is bound the gate is lifted. The ledger holds the same GPUs all along."""
+
+    async def go():
+        kube = await _cluster(2)
+        kube.use_clock(monkeypatch)
+        await kube.client_create("TrainingJob", submitted(job_body("j", replicas=2, gpus=8)))
+        key = (NS, "j")
+        plan = await admission_round(kube.rt, kube.now)
+        assert kube.rt.cache.snapshot().jobs[key].assumed is not None  # assumed until written
+        before = dict(plan.ledgers[GPU].per_node)
+        assert before == {"n0": 8, "n1": 8}
+        await reconcile_job(kube.rt, key)
+        st = kube.get("TrainingJob", NS, "j")["status"]
+        assert st["placement"]["nodes"] == list(admitted(plan)["j"].placement.nodes)
+        assert st["attempt"] == 0 and kube.rt.cache.snapshot().jobs[key].assumed is None
+        assert kube.get("PersistentVolumeClaim", NS, "j-checkpoint")["status"] == {}  # Pending
+        pods = sorted(kube.rt.cache.job_pods(key), key=lambda p: p.rank)
+        assert [(p.name, p.assigned, p.attempt, p.gates) for p in pods] == [
+            ("j-worker-0-0", st["placement"]["nodes"][0], 0, (VOLUME_GATE,)),
+            ("j-worker-1-0", st["placement"]["nodes"][1], 0, (VOLUME_GATE,))]
+        assert [pinned_node(kube.get("Pod", NS, p.name)["spec"]) for p in pods] == st["placement"]["nodes"]
+        assert build_ledger(kube.rt.cache.snapshot(), GPU).per_node == before
+        await kube.kubelet()  # the provisioner binds the claim; gated pods are not bound
+        assert kube.rt.cache.claim((NS, "j-checkpoint"))[0] == "Bound"
+        assert all(p.node is None for p in kube.rt.cache.job_pods(key))
+        await reconcile_job(kube.rt, key)
+        assert all(p.gates == () for p in kube.rt.cache.job_pods(key))
+        assert build_ledger(kube.rt.cache.snapshot(), GPU).per_node == before
+        await settle(kube)
+        assert kube.get("TrainingJob", NS, "j")["status"]["phase"] == "Running"
+        assert sorted(p.node for p in kube.rt.cache.job_pods(key)) == sorted(st["placement"]["nodes"])
+        assert build_ledger(kube.rt.cache.snapshot(), GPU).per_node == before
+
+    asyncio.run(go())
 
 
 def test_a_finished_job_deletes_the_workers_a_lost_delete_left_running():
@@ -733,18 +759,32 @@ def test_memo_forgets_a_wait_caused_by_an_admission_that_was_abandoned():
     assert list(admitted(plan)) == ["x"], f"x still waits: {plan.wait}"
 
 
-def test_a_gang_behind_one_suspended_right_after_admission_runs():
-    """The same through the runtime's loop: the gang behind one suspended by its user right
-    after admission gets the GPUs."""
-    ns_ = [mk_node(f"n{i}", 8) for i in range(4)]
-    sim = SimCluster(ns_, [mk_pool("p")])
-    sim.add_job(job_body("first", replicas=4, gpus=8, priority=1, created=NOW))
-    sim.add_job(job_body("second", replicas=4, gpus=8, created=NOW))
-    sim.race = ("suspend", 0)  # "first" is suspended by its user right after it is admitted
-    sim.settle()
-    sim.check_settled()  # (f): "second" must not wait while the whole pool is free
-    assert sim.jobs[(NS, "second")].status["phase"] == "Running"
-    assert sim.jobs[(NS, "first")].status["phase"] == "Suspended"
+def test_a_gang_behind_one_suspended_right_after_admission_runs(monkeypatch):
+    """The same through the runtime (the real admission round and reconciles, on FakeKube):
+    the gang behind one suspended by its user right after admission, before its reconcile wrote
+    the placement, gets the GPUs."""
+
+    async def go():
+        kube = await _cluster(4)
+        kube.use_clock(monkeypatch)
+        await kube.client_create("TrainingJob", submitted(job_body("first", replicas=4, gpus=8, priority=1)))
+        await kube.client_create("TrainingJob", submitted(job_body("second", replicas=4, gpus=8)))
+        plan = await admission_round(kube.rt, kube.now)
+        assert list(admitted(plan)) == ["first"] and list(waiting(plan)) == ["second"]
+        first = kube.get("TrainingJob", NS, "first")  # its user suspends it now
+        first["spec"]["suspend"] = True
+        first["metadata"]["generation"] += 1
+        await kube.put("TrainingJob", first)
+        await settle(kube)
+        snap = kube.rt.cache.snapshot()
+        assert all(v.assumed is None for v in snap.jobs.values())
+        # settled means settled: a round from scratch would place nothing more
+        assert not plan_admission(snap, kube.now).admit
+        assert kube.get("TrainingJob", NS, "second")["status"]["phase"] == "Running"
+        assert kube.get("TrainingJob", NS, "first")["status"]["phase"] == "Suspended"
+        assert build_ledger(snap, GPU).held_by(("TrainingJob", NS, "second")) == 32
+
+    asyncio.run(go())
 
 
 def test_memo_sees_a_node_label_that_makes_a_gang_fit():

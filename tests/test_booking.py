@@ -18,7 +18,7 @@ from kubeforge.objects import (
     rank_gpus, replica_requests,
 )
 from kubeforge.placement import node_info
-from simcluster import CLIQUE, mk_job, mk_node, mk_pool, placed, snapshot
+from records import CLIQUE, mk_job, mk_node, mk_pool, placed, snapshot
 from training_builders import (
     NOW, admitted, cond, event_reasons, job, node_names, nodes, placement, plan, pod, pods, restarts,
 )

@@ -19,7 +19,7 @@ from kubeforge.objects import (
     slice_from_k8s,
 )
 from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, place_gang
-from simcluster import NOW, iso, mk_job, mk_node, mk_pool, placed, snapshot, view, worker_pod
+from records import NOW, iso, mk_job, mk_node, mk_pool, placed, snapshot, view, worker_pod
 
 DRIVER = "gpu.sim.kubeforge.io"
 KEY = dra_key(DRIVER)
@@ -181,7 +181,7 @@ def test_serving_replicas_are_refused_in_a_dra_pool_and_placed_in_the_next_devic
     ``dra:`` key in container limits); admission places its groups in a device-plugin pool the
     service lists after it, and with none says why it waits."""
     from kubeforge.admission import group_shape
-    from simcluster import mk_service
+    from records import mk_service
 
     dp_nodes = [mk_node(f"dp-{i}", gpus=4, labels={"grp": "dp"}) for i in range(2)]
     pools = [dra_pool("p"), mk_pool("q", selector={"matchLabels": {"grp": "dp"}})]

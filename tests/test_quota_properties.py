@@ -26,7 +26,7 @@ from kubeforge.api import GPUPoolSpec
 from kubeforge.objects import record_from_k8s
 from kubeforge.placement import Placement, place_gang
 
-from simcluster import GPU, NOW, iso, mk_job, mk_node, placed, snapshot
+from records import GPU, NOW, iso, mk_job, mk_node, placed, snapshot
 
 TEAMS = {"a": "team-a", "b": "team-b"}  # namespace "c" is in no quota
 

@@ -13,7 +13,7 @@ from kubeforge.objects import Node, PlacementRecord, Pod, Taint
 from kubeforge.serving import (
     DRAINING, GROUP_FAILED, GROUP_NOT_STARTED, GROUP_RESTARTED, ROLLING_OUT, ServingContext, plan_serving,
 )
-from simcluster import CLIQUE, NOW, NS, mk_node, mk_pool, mk_service
+from records import CLIQUE, NOW, NS, mk_node, mk_pool, mk_service
 
 TH = "hash-1"
 SHAPE2 = GroupShape(pool="p", pods=2, gpus=8, held=8, level="nvlink", mode="Required")
