@@ -54,6 +54,11 @@ def _rv(value: str | None) -> int | None:
         return None
 
 
+def _changed(old: Mapping[Key, Any], new: Mapping[Key, Any]) -> list[Key]:
+    """The keys of ``new`` whose value is not the one in ``old``."""
+    return [k for k, v in new.items() if old.get(k) != v]
+
+
 @dataclass
 class _Overlay:
     written_at: float
@@ -362,7 +367,7 @@ class Cache:
     def hand_waits(self, waiting: Mapping[Key, tuple[str, str]]) -> list[Key]:
         """The round's waiting gangs, ``key -> (reason, message)``, replacing the last round's;
         returns the keys whose reason or message changed (their reconcile writes it)."""
-        changed = [k for k, why in waiting.items() if self._waiting.get(k) != why]
+        changed = _changed(self._waiting, waiting)
         self._waiting = dict(waiting)
         return changed
 
@@ -380,7 +385,7 @@ class Cache:
 
     def hand_serving_waits(self, waits: Mapping[Key, tuple[str, str]]) -> list[Key]:
         """As :meth:`hand_waits`, for InferenceServices whose replica groups wait."""
-        changed = [k for k, why in waits.items() if self._serving_waits.get(k) != why]
+        changed = _changed(self._serving_waits, waits)
         self._serving_waits = dict(waits)
         return changed
 
