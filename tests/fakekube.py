@@ -8,9 +8,9 @@ operator runs them, with:
   resourceVersions, ``409`` on a stale write, merge / JSON patches, server-side apply, owner
   references garbage-collected, and injectable failures (a transient error on a write, a lost
   answer after the write was applied);
-- the real kopf index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
+- the real index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
   stores shaped like kopf's (key -> one value per object), so the Cache reads what it reads in
-  production;
+  production; a deleted pod or node calls its ``*_gone`` hook, as the informer does;
 - a scheduler and kubelet: a pod pinned to a node (``metadata.name`` in its node affinity) binds
   there when the node's bound pods leave room for every extended resource it requests (else it
   is ``Unschedulable``), then runs and is Ready; a deleted pod goes after its grace period.
@@ -39,6 +39,9 @@ HANDLERS = {"Pod": ("kf_pods", ix.kf_pods), "Node": ("kf_nodes", ix.kf_nodes), "
             "PersistentVolumeClaim": ("kf_claims", ix.kf_claims), "StorageClass": ("kf_storage_classes", ix.kf_storage_classes),
             "Namespace": ("kf_namespaces", ix.kf_namespaces)}
 INDEX_NAMES = [name for name, _ in HANDLERS.values()] + ["kf_deployments"]
+GONE = {"Pod": ix.kf_pods_gone, "Node": ix.kf_nodes_gone}
+"""What the operator's informer calls with a deleted object's last entries (kopf's indexes drop
+theirs silently)."""
 
 
 _UIDS = itertools.count(1)
@@ -59,8 +62,8 @@ class Store(Mapping):
     def put(self, obj: Any, entries: dict[Any, Any]) -> None:
         self.by_object[obj] = dict(entries)
 
-    def drop(self, obj: Any) -> None:
-        self.by_object.pop(obj, None)
+    def drop(self, obj: Any) -> dict[Any, Any] | None:
+        return self.by_object.pop(obj, None)
 
     def __getitem__(self, key: Any) -> list[Any]:
         out = [e[key] for e in self.by_object.values() if key in e]
@@ -183,7 +186,9 @@ class FakeKube:
         if body is None:
             return
         if kind in HANDLERS:
-            self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
+            old = self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
+            if old and kind in GONE:
+                GONE[kind](old, Memo(self.rt))
         uid = body["metadata"].get("uid")
         for key, o in list(self.objects.items()):  # the garbage collector
             if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or []):
