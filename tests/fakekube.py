@@ -10,9 +10,9 @@ a few tests of tests/test_admission.py, through :func:`settle`) run
   references garbage-collected, and injectable failures (a transient error on a write, a lost
   answer after the write was applied, a write slower than ASSUME_TTL, the process dying before
   a pod call: see :attr:`FakeKube.fail_next`);
-- the real kopf index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
+- the real index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
   stores shaped like kopf's (key -> one value per object), so the Cache reads what it reads in
-  production;
+  production; a deleted pod or node calls its ``*_gone`` hook, as the informer does;
 - a scheduler and kubelet: a pod pinned to a node (``metadata.name`` in its node affinity) binds
   there when the node is Ready, not cordoned, its NoSchedule / NoExecute taints are tolerated
   and its bound pods leave room for every extended resource the pod requests (else it is
@@ -33,9 +33,10 @@ import copy
 import itertools
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
 from kubeforge.runtime import indexes as ix
+from kubeforge.runtime.informer import IndexStore
 from kubeforge.runtime.client import RESOURCES, ApiError
 from kubeforge.runtime.state import Runtime
 
@@ -46,6 +47,9 @@ HANDLERS = {"Pod": ("kf_pods", ix.kf_pods), "Node": ("kf_nodes", ix.kf_nodes), "
             "PersistentVolumeClaim": ("kf_claims", ix.kf_claims), "StorageClass": ("kf_storage_classes", ix.kf_storage_classes),
             "Namespace": ("kf_namespaces", ix.kf_namespaces)}
 INDEX_NAMES = [name for name, _ in HANDLERS.values()] + ["kf_deployments"]
+GONE = {"Pod": ix.kf_pods_gone, "Node": ix.kf_nodes_gone}
+"""What the operator's informer calls with a deleted object's last entries (kopf's indexes drop
+theirs silently)."""
 
 
 _UIDS = itertools.count(1)
@@ -57,42 +61,9 @@ def stamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Store(Mapping):
-    """One kopf index: key -> the values of every object that put one there."""
-
-    def __init__(self) -> None:
-        self.by_object: dict[Any, dict[Any, Any]] = {}
-        self.by_key: dict[Any, dict[Any, Any]] = {}
-
-    def put(self, obj: Any, entries: dict[Any, Any]) -> None:
-        for key in self.by_object.get(obj, {}).keys() - entries.keys():
-            self._unlink(key, obj)
-        for key, value in entries.items():
-            self.by_key.setdefault(key, {})[obj] = value
-        self.by_object[obj] = dict(entries)
-
-    def drop(self, obj: Any) -> None:
-        for key in self.by_object.pop(obj, {}):
-            self._unlink(key, obj)
-
-    def _unlink(self, key: Any, obj: Any) -> None:
-        values = self.by_key.get(key)
-        if values is not None:
-            values.pop(obj, None)
-            if not values:
-                del self.by_key[key]
-
-    def __getitem__(self, key: Any) -> list[Any]:
-        values = self.by_key.get(key)
-        if not values:
-            raise KeyError(key)
-        return list(values.values())
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(list(self.by_key))
-
-    def __len__(self) -> int:
-        return len(self.by_key)
+class Store(IndexStore):
+    """One index as the operator keeps it (:class:`kubeforge.runtime.informer.IndexStore`, the
+    shape of a kopf index too): key -> the values of every object that put one there."""
 
 
 class FakeQueue:
@@ -239,7 +210,9 @@ class FakeKube:
             return
         self.writes += 1
         if kind in HANDLERS:
-            self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
+            old = self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
+            if old and kind in GONE:
+                GONE[kind](old, Memo(self.rt))
         uid = body["metadata"].get("uid")
         for key, o in list(self.objects.items()):  # the garbage collector
             if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or []):

@@ -76,7 +76,7 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
         logging.getLogger("kubeforge").info("activator Service: %s/%s", *activator_service)
     rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
                                  lease_namespace=lease_namespace, lease_name=lease_name,
-                                 activator_service=activator_service))
+                                 activator_service=activator_service, namespaces=tuple(namespaces)))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,

@@ -181,6 +181,34 @@ class KubeClient:
             raise _error(code, raw)
         return json.loads(raw) if read and raw else None
 
+    async def stream(self, path: str, query: Mapping[str, Any], *, resource: str = "",
+                     read_timeout: float = 330.0) -> aiohttp.ClientResponse:
+        """Open a streaming GET (a watch): the response, status 2xx, for the caller to read and
+        release. Not bounded by :data:`MAX_IN_FLIGHT` (it stays open for minutes); ``read_timeout``
+        seconds without a byte end it.
+
+        Raises:
+            ApiError: non-2xx status, or no response.
+        """
+        assert self._api is not None, "KubeClient.start() first"
+        try:
+            resp = await self._api.call_api(
+                path, "GET", query_params=list(query.items()), header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=(REQUEST_TIMEOUT, read_timeout),
+            )
+        except (asyncio.TimeoutError, OSError, aiohttp.ClientError, kclient.exceptions.ApiException) as e:
+            metrics.API_REQUESTS.labels(verb="WATCH", resource=resource, code="error").inc()
+            raise ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}") from None
+        metrics.API_REQUESTS.labels(verb="WATCH", resource=resource, code=str(resp.status)).inc()
+        if not 200 <= resp.status <= 299:
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            raise _error(resp.status, raw)
+        return resp
+
     # --- verbs ---------------------------------------------------------------------------------
 
     async def create(self, kind: str, namespace: str | None, body: Mapping[str, Any]) -> bool:

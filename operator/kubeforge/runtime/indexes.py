@@ -1,4 +1,9 @@
-"""kopf indexes: in-memory mirrors of what the loops read, kept current by watches.
+"""Indexes: in-memory mirrors of what the loops read, kept current by watches.
+
+Pods and nodes are watched by :mod:`kubeforge.runtime.informer` (list + watch without kopf:
+kopf's per-event machinery was a quarter of the operator's CPU, pods above all), which calls
+:func:`kf_pods` / :func:`kf_nodes` per object and :func:`kf_pods_gone` / :func:`kf_nodes_gone`
+when one is deleted; every other index is kopf's (``@kopf.index``).
 
 Each index keeps a small frozen record (:mod:`kubeforge.objects`), not the object, so memory
 grows with the number of GPU nodes and pods, not with the size of every object. Index
@@ -31,7 +36,6 @@ def _frees_gpus(pod: Pod) -> bool:
     return pod.terminal or pod.deleting
 
 
-@kopf.index("nodes")
 async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     """node name -> :class:`~kubeforge.objects.Node`. Wakes admission only when something it
     reads changed (heartbeats do not), and the jobs placed there when taints or readiness did."""
@@ -48,7 +52,17 @@ async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     return {name: node}
 
 
-@kopf.index("pods")
+def kf_nodes_gone(entries: Any, memo: Any) -> None:
+    """A node was deleted (its entries, node name -> Node): admission looks again, and the jobs
+    with a rank there may have to move."""
+    rt = memo.rt
+    rt.wake_admission()
+    for rec in rt.cache.jobs():
+        pl = placement_of(rec.status)
+        if pl is not None and any(name in pl.nodes for name in entries):
+            rt.queue_job(rec.key)
+
+
 async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     """One index for every pod kubeforge reads, under up to three kinds of keys (one handler
     call per pod event):
@@ -84,6 +98,18 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
             rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back
     return out
+
+
+def kf_pods_gone(entries: Any, memo: Any) -> None:
+    """A pod was deleted (its last entries from :func:`kf_pods`): its job or service is queued
+    and the admission round woken when it held or waited for GPUs."""
+    rt = memo.rt
+    for key in entries:
+        if key[0] == "job":
+            rt.queue_job(key[1:])
+        elif key[0] == "svc":
+            rt.queue_service(key[1:])
+    rt.wake_admission()
 
 
 def _named_record(spec_cls: Any, kind: str, body: Any, max_length: int) -> Any:
@@ -199,5 +225,9 @@ async def kf_compute_domains(namespace: str, name: str, body: Any, memo: Any, **
 @kopf.on.event("namespaces", when=lambda memo, **_: not memo.rt.ready.is_set())
 async def kf_indexes_ready(memo: Any, **_: Any) -> None:
     """kopf runs non-index handlers only once every index is filled; the first namespace
-    event (there is always one: ``default``) therefore marks readiness."""
-    memo.rt.ready.set()
+    event (there is always one: ``default``) therefore marks readiness, once the informers
+    (pods, nodes) have listed too."""
+    rt = memo.rt
+    for synced in rt.informers_synced:
+        await synced.wait()
+    rt.ready.set()

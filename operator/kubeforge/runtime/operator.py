@@ -13,12 +13,14 @@ from typing import Any
 
 import kopf
 
+import kubeforge
 from kubeforge.runtime import indexes  # noqa: F401  (registers the indexes)
 from kubeforge.runtime.activator import activator_loop
 from kubeforge.runtime.admission import admission_loop
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink
 from kubeforge.runtime.inference import reconcile_service
+from kubeforge.runtime.informer import informers
 from kubeforge.runtime.leader import lead
 from kubeforge.runtime.pools import pool_status_loop
 from kubeforge.runtime.queue import WorkQueue
@@ -109,8 +111,11 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     await rt.client.start()
     rt.api_servers = rt.client.server_addresses()
     await wait_for_discovery(rt)
-    # kopf passes every index to startup handlers; they fill in as the watches list.
-    rt.cache.attach({k: v for k, v in kwargs.items() if k.startswith("kf_")})
+    # kopf passes every index to startup handlers; they fill in as the watches list. Pods and
+    # nodes come from the informers (started below, once the queues their handlers feed exist).
+    stores, watchers = informers(rt.client, memo, rt.options.namespaces)
+    rt.cache.attach({**{k: v for k, v in kwargs.items() if k.startswith("kf_")}, **stores})
+    rt.informers_synced = [w.synced for w in watchers]
     rt.events = EventSink(rt.client)
     rt.events.start()
     rt.jobs = WorkQueue(lambda key: reconcile_job(rt, key), workers=JOB_WORKERS, name="trainingjobs", gate=rt.leading)
@@ -123,7 +128,8 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         asyncio.create_task(pool_status_loop(rt), name="pool-status"),
         asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
         asyncio.create_task(activator_loop(rt), name="activator-endpoints"),
-    ]
+    ] + [asyncio.create_task(w.run(), name=f"informer {w.path}") for w in watchers]
+    log.info("kubeforge %s: pods and nodes by informer (%d watches)", kubeforge.__file__, len(watchers))
 
 
 @kopf.on.cleanup()

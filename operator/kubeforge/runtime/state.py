@@ -27,6 +27,8 @@ class Options:
         identity: This process's identity in the Lease.
         activator_service: ``(namespace, name)`` of the activator's Service, or None: services
             with no ready replica then get its addresses as their endpoints.
+        namespaces: The namespaces watched (``--namespace``); empty: the whole cluster. The
+            pod informer lists and watches each (kopf is told the same for its kinds).
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -35,6 +37,7 @@ class Options:
     lease_name: str = "kubeforge-operator"
     identity: str = ""
     activator_service: tuple[str, str] | None = None
+    namespaces: tuple[str, ...] = ()
 
 
 @dataclass
@@ -46,7 +49,9 @@ class Runtime:
         client: The API client.
         events: The Event sink.
         options: Command-line options.
-        ready: Set once kopf has filled every index.
+        ready: Set once kopf has filled every index and the informers have listed.
+        informers_synced: One event per informer (:mod:`kubeforge.runtime.informer`), set
+            after its first list.
         leading: Set while this process may act (it holds the Lease, or runs alone).
         admission_wake: Set to ask for an admission round soon.
         jobs: The TrainingJob work queue (set at startup).
@@ -61,6 +66,7 @@ class Runtime:
     events: EventSink | None = None
     options: Options = field(default_factory=Options)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    informers_synced: list[asyncio.Event] = field(default_factory=list)
     leading: asyncio.Event = field(default_factory=asyncio.Event)
     admission_wake: asyncio.Event = field(default_factory=asyncio.Event)
     jobs: Any = None

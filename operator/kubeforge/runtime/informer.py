@@ -1,0 +1,265 @@
+"""Informer-style list + watch for pods and nodes, feeding the cache without kopf (issue 16,
+item 4).
+
+kopf turns every watch event into causes, a handler registry lookup, body views and a handler
+call; for pods (2-3 events per pod, every pod) that was about a quarter of the operator's CPU
+for handlers that only fill an index. Here one task per watched collection lists it (paginated,
+with the list's ``resourceVersion``), then watches from there (``allowWatchBookmarks``, a
+server-side timeout, resumed from the last version seen), and calls the SAME index handler
+(:func:`kubeforge.runtime.indexes.kf_pods`, ``kf_nodes``) per object, storing what it returns
+in an :class:`IndexStore`: the mapping the :class:`~kubeforge.runtime.cache.Cache` reads
+(key -> the values every object put there), as a kopf index is.
+
+Unlike a kopf index, a deleted object is not dropped silently: its entries go and ``on_gone``
+(the handler module's ``*_gone``) queues what they named (a job, a service, the admission
+round). Objects missing from a re-list are treated the same way.
+
+Failures: 410 Gone (the version is too old) re-lists at once; any other error or a broken
+stream re-lists after a bounded backoff, with one log line per failure streak. The tasks are
+cancelled with the runtime's other tasks at kopf's cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from typing import Any, Awaitable, Callable, Hashable, Iterator, Mapping
+
+from kubeforge.runtime.client import ApiError, KubeClient
+
+log = logging.getLogger("kubeforge.informer")
+
+LIST_LIMIT = 500
+"""Objects per page of the initial list (and of every re-list)."""
+WATCH_TIMEOUT = 300
+"""Seconds the API server keeps one watch open (``timeoutSeconds``); then it resumes."""
+READ_TIMEOUT = WATCH_TIMEOUT + 30.0
+"""Seconds without a byte on the stream (bookmarks come about every minute) before it is
+taken as dead."""
+BACKOFF_MIN = 0.5
+BACKOFF_MAX = 30.0
+
+_PLAIN_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+"""A namespace name (RFC 1123 label), not a kopf pattern."""
+
+ObjKey = tuple[str, str]
+"""(namespace or "", name) of a watched object."""
+
+
+class IndexStore(Mapping):
+    """A kopf-index-shaped store: key -> tuple of the values every object put under it; each
+    object's entries are replaced as a whole on each of its events and dropped with it."""
+
+    def __init__(self) -> None:
+        self._by_object: dict[ObjKey, dict[Hashable, Any]] = {}
+        self._by_key: dict[Hashable, dict[ObjKey, Any]] = {}
+
+    def put(self, obj: ObjKey, entries: Mapping[Hashable, Any]) -> dict[Hashable, Any] | None:
+        """Replace ``obj``'s entries; returns its previous ones (None when it had none)."""
+        old = self._by_object.pop(obj, None)
+        if old:
+            for key in old:
+                held = self._by_key.get(key)
+                if held is not None:
+                    held.pop(obj, None)
+                    if not held:
+                        del self._by_key[key]
+        if entries:
+            self._by_object[obj] = dict(entries)
+            for key, value in entries.items():
+                self._by_key.setdefault(key, {})[obj] = value
+        return old
+
+    def drop(self, obj: ObjKey) -> dict[Hashable, Any] | None:
+        """Remove ``obj``; returns the entries it had."""
+        return self.put(obj, {})
+
+    def objects(self) -> list[ObjKey]:
+        """The objects that hold entries now."""
+        return list(self._by_object)
+
+    def __getitem__(self, key: Hashable) -> tuple[Any, ...]:
+        return tuple(self._by_key[key].values())
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        held = self._by_key.get(key)
+        return tuple(held.values()) if held else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+Handler = Callable[..., Awaitable[Mapping[Hashable, Any]]]
+OnGone = Callable[[Mapping[Hashable, Any], Any], None]
+
+
+class Informer:
+    """List + watch one collection (``path``: ``/api/v1/pods``, ``/api/v1/namespaces/x/pods``,
+    ``/api/v1/nodes``) into ``store`` through ``handler`` (an index handler: ``body``,
+    ``name``, ``namespace``, ``memo`` -> entries). ``namespace`` is the one the path is limited
+    to (None: all), so a re-list only forgets objects of its own scope."""
+
+    def __init__(self, client: KubeClient, path: str, resource: str, handler: Handler, store: IndexStore, memo: Any,
+                 on_gone: OnGone | None = None, namespace: str | None = None) -> None:
+        self.client = client
+        self.path = path
+        self.resource = resource
+        self.handler = handler
+        self.store = store
+        self.memo = memo
+        self.on_gone = on_gone
+        self.namespace = namespace
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self._handler_failing: set[ObjKey] = set()
+
+    def __repr__(self) -> str:
+        return f"Informer({self.path})"
+
+    async def run(self) -> None:
+        """Forever: list, then watch and resume; re-list on 410 or after a failure."""
+        rv: str | None = None
+        failing = 0
+        while True:
+            try:
+                if rv is None:
+                    rv = await self._list()
+                    self.synced.set()
+                rv = await self._watch(rv)
+                if failing:
+                    log.info("%s: watching again after %d failed tries", self.path, failing)
+                failing = 0
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                rv = None  # normal after a long outage or a compaction: list again, at once
+            except Exception as e:  # ApiError, a broken stream, a bad line: one line per streak
+                if isinstance(e, ApiError) and e.code == 410:
+                    rv = None  # Gone, answered as the watch request's own status: list again, at once
+                    continue
+                if failing == 0:
+                    what = str(e) if isinstance(e, ApiError) else f"{type(e).__name__}: {str(e)[:300]}"
+                    log.warning("%s: list/watch failed, listing again with backoff: %s", self.path, what)
+                failing += 1
+                rv = None
+                delay = min(BACKOFF_MAX, BACKOFF_MIN * 2 ** min(failing, 8))
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))
+
+    async def _list(self) -> str:
+        self.relists += 1
+        seen: set[ObjKey] = set()
+        cont: str | None = None
+        while True:
+            query: dict[str, Any] = {"limit": str(LIST_LIMIT)}
+            if cont:
+                query["continue"] = cont
+            body = await self.client.request("GET", self.path, query=query, read=True, resource=self.resource,
+                                             timeout=60.0) or {}
+            for item in body.get("items") or ():
+                seen.add(await self._apply(item))
+            md = body.get("metadata") or {}
+            cont = md.get("continue")
+            if not cont:
+                rv = md.get("resourceVersion")
+                if not rv:
+                    raise ApiError(0, "NoResourceVersion", f"list of {self.path} had no resourceVersion")
+                break
+        for obj in self.store.objects():
+            if obj not in seen and (self.namespace is None or obj[0] == self.namespace):
+                self._gone(obj)
+        return rv
+
+    async def _watch(self, rv: str) -> str:
+        query = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(WATCH_TIMEOUT)}
+        resp = await self.client.stream(self.path, query, resource=self.resource, read_timeout=READ_TIMEOUT)
+        try:
+            buf = bytearray()
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                start = 0
+                while True:
+                    end = buf.find(b"\n", start)
+                    if end < 0:
+                        break
+                    if end > start:
+                        rv = await self._event(bytes(buf[start:end]), rv)
+                    start = end + 1
+                if start:
+                    del buf[:start]
+            if buf.strip():
+                rv = await self._event(bytes(buf), rv)
+        finally:
+            resp.release()
+        return rv
+
+    async def _event(self, line: bytes, rv: str) -> str:
+        ev = json.loads(line)
+        kind = ev.get("type")
+        obj = ev.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code") or 0
+            if code == 410:
+                raise Gone()
+            raise ApiError(code, str(obj.get("reason") or "Error"), str(obj.get("message") or "")[:500])
+        md = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self._gone((md.get("namespace") or "", md.get("name") or ""))
+        elif kind in ("ADDED", "MODIFIED"):
+            await self._apply(obj)
+        return md.get("resourceVersion") or rv  # BOOKMARK: only this
+
+    async def _apply(self, obj: Mapping[str, Any]) -> ObjKey:
+        md = obj.get("metadata") or {}
+        key = (md.get("namespace") or "", md.get("name") or "")
+        try:
+            entries = await self.handler(body=obj, name=key[1], namespace=md.get("namespace"), memo=self.memo)
+        except Exception:
+            # A body the handler cannot read: logged once per object; its old entries stay (as
+            # kopf does when an index handler fails), and the informer goes on.
+            if key not in self._handler_failing:
+                self._handler_failing.add(key)
+                log.exception("%s: index handler failed for %s/%s", self.path, *key)
+            return key
+        self._handler_failing.discard(key)
+        self.store.put(key, entries or {})
+        return key
+
+    def _gone(self, key: ObjKey) -> None:
+        self._handler_failing.discard(key)
+        old = self.store.drop(key)
+        if old and self.on_gone is not None:
+            self.on_gone(old, self.memo)
+
+
+def informers(client: KubeClient, memo: Any, namespaces: tuple[str, ...] = ()) -> tuple[dict[str, IndexStore], list[Informer]]:
+    """The stores (index name -> store, for :meth:`Cache.attach`) and informers of pods (all
+    namespaces, or each of ``namespaces`` when every one is a plain name) and nodes.
+
+    kopf takes globs and negations in ``--namespace`` (``team-*``, ``!kube-system``): with any
+    of those the pods are watched cluster-wide (the operator's ClusterRole lists them), which
+    the ledger only gains from (a GPU pod in a namespace kubeforge does not serve still holds
+    its GPUs)."""
+    from kubeforge.runtime import indexes as ix
+
+    pods, nodes = IndexStore(), IndexStore()
+    out = [Informer(client, "/api/v1/nodes", "nodes", ix.kf_nodes, nodes, memo, ix.kf_nodes_gone)]
+    if namespaces and all(_PLAIN_NAMESPACE.fullmatch(ns) for ns in namespaces):
+        out += [Informer(client, f"/api/v1/namespaces/{ns}/pods", "pods", ix.kf_pods, pods, memo, ix.kf_pods_gone,
+                         namespace=ns) for ns in namespaces]
+    else:
+        out.append(Informer(client, "/api/v1/pods", "pods", ix.kf_pods, pods, memo, ix.kf_pods_gone))
+    return {"kf_pods": pods, "kf_nodes": nodes}, out
