@@ -9,9 +9,9 @@ Each index keeps a small frozen record (:mod:`kubeforge.objects`), not the objec
 grows with the number of GPU nodes and pods, not with the size of every object. Index
 handlers also wake what must react (a job's reconcile, the admission round), and only when
 the change can matter. kopf calls no index handler when an object is deleted (it drops the
-entry): a deletion is noticed by the reconcile that finds its object gone (a deleted job's
-pods are deleted with it, and each of their events queues the job), and the admission round
-runs at least every second. There are no ``on.event`` handlers for pods or jobs on purpose:
+entry): a deletion of one of its kinds is noticed by the reconcile that finds its object gone,
+and the admission round runs at least every second; a deleted pod or node calls its ``*_gone``
+hook (the informer's). There are no ``on.event`` handlers for pods or jobs on purpose:
 kopf works out change causes for every event of a resource that has one.
 """
 
@@ -45,21 +45,23 @@ async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     if old != node:
         rt.wake_admission()
         if old is not None and (old.taints != node.taints or old.ready != node.ready):
-            for rec in rt.cache.jobs():  # a gang with a rank there may have to move
-                pl = placement_of(rec.status)
-                if pl is not None and name in pl.nodes:
-                    rt.queue_job(rec.key)
+            _queue_jobs_on(rt, (name,))  # a gang with a rank there may have to move
     return {name: node}
 
 
 def kf_nodes_gone(entries: Any, memo: Any) -> None:
     """A node was deleted (its entries, node name -> Node): admission looks again, and the jobs
     with a rank there may have to move."""
-    rt = memo.rt
-    rt.wake_admission()
+    memo.rt.wake_admission()
+    _queue_jobs_on(memo.rt, entries)
+
+
+def _queue_jobs_on(rt: Any, nodes: Any) -> None:
+    """Queue every job whose placement has a rank on one of ``nodes`` (a scan of the jobs
+    index, only when a node's taints or readiness changed or it went away)."""
     for rec in rt.cache.jobs():
         pl = placement_of(rec.status)
-        if pl is not None and any(name in pl.nodes for name in entries):
+        if pl is not None and any(n in pl.nodes for n in nodes):
             rt.queue_job(rec.key)
 
 
