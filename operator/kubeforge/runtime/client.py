@@ -32,6 +32,11 @@ REQUEST_TIMEOUT = 10.0
 MAX_IN_FLIGHT = 64
 """API requests in flight at once from this process."""
 
+NO_RESPONSE = (asyncio.TimeoutError, OSError, aiohttp.ClientError, kclient.exceptions.ApiException)
+"""What a request raises when the API server gave no answer. aiohttp.ServerDisconnectedError
+(the API server went away mid-request: a restart) is a ClientError, not an OSError: without
+it, it escaped as an unexpected error."""
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -171,11 +176,8 @@ class KubeClient:
                     raw = await resp.read()
                 finally:
                     resp.release()
-        except (asyncio.TimeoutError, OSError, aiohttp.ClientError, kclient.exceptions.ApiException) as e:
-            # aiohttp.ServerDisconnectedError (the API server went away mid-request: a restart)
-            # is a ClientError, not an OSError: without it, it escaped as an unexpected error.
-            metrics.API_REQUESTS.labels(verb=method, resource=resource, code="error").inc()
-            raise ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}") from None
+        except NO_RESPONSE as e:
+            raise _no_response(e, method, resource) from None
         metrics.API_REQUESTS.labels(verb=method, resource=resource, code=str(code)).inc()
         if not 200 <= code <= 299:
             raise _error(code, raw)
@@ -197,9 +199,8 @@ class KubeClient:
                 auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=(REQUEST_TIMEOUT, read_timeout),
             )
-        except (asyncio.TimeoutError, OSError, aiohttp.ClientError, kclient.exceptions.ApiException) as e:
-            metrics.API_REQUESTS.labels(verb="WATCH", resource=resource, code="error").inc()
-            raise ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}") from None
+        except NO_RESPONSE as e:
+            raise _no_response(e, "WATCH", resource) from None
         metrics.API_REQUESTS.labels(verb="WATCH", resource=resource, code=str(resp.status)).inc()
         if not 200 <= resp.status <= 299:
             try:
@@ -282,6 +283,12 @@ class KubeClient:
             if e.code == 404:
                 return None
             raise
+
+
+def _no_response(e: BaseException, verb: str, resource: str) -> ApiError:
+    """Count a request that got no answer and say so as ``ApiError`` code 0 (transient)."""
+    metrics.API_REQUESTS.labels(verb=verb, resource=resource, code="error").inc()
+    return ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}")
 
 
 def _error(code: int, raw: bytes) -> ApiError:
