@@ -98,10 +98,6 @@ class IndexStore(Mapping):
         return len(self._by_key)
 
 
-class Gone(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
-
-
 Handler = Callable[..., Awaitable[Mapping[Hashable, Any]]]
 OnGone = Callable[[Mapping[Hashable, Any], Any], None]
 
@@ -144,11 +140,11 @@ class Informer:
                 failing = 0
             except asyncio.CancelledError:
                 raise
-            except Gone:
-                rv = None  # normal after a long outage or a compaction: list again, at once
             except Exception as e:  # ApiError, a broken stream, a bad line: one line per streak
                 if isinstance(e, ApiError) and e.code == 410:
-                    rv = None  # Gone, answered as the watch request's own status: list again, at once
+                    # Gone (an ERROR event, or the watch request's own status): the version is
+                    # too old, normal after a long outage or a compaction: list again, at once.
+                    rv = None
                     continue
                 if failing == 0:
                     what = str(e) if isinstance(e, ApiError) else f"{type(e).__name__}: {str(e)[:300]}"
@@ -211,10 +207,7 @@ class Informer:
         kind = ev.get("type")
         obj = ev.get("object") or {}
         if kind == "ERROR":
-            code = obj.get("code") or 0
-            if code == 410:
-                raise Gone()
-            raise ApiError(code, str(obj.get("reason") or "Error"), str(obj.get("message") or "")[:500])
+            raise ApiError(obj.get("code") or 0, str(obj.get("reason") or "Error"), str(obj.get("message") or "")[:500])
         md = obj.get("metadata") or {}
         if kind == "DELETED":
             self._gone((md.get("namespace") or "", md.get("name") or ""))
