@@ -89,6 +89,11 @@ class Cache:
     - **hand-offs** from where something is seen to the reconcile that acts on it: waiting
       reasons (:meth:`hand_waits`), create refusals (:meth:`create_refused`), preemption
       requests (:meth:`request_stop`), nominations (:meth:`nominate`).
+    - **Events held for their write.** :meth:`hold_events` keeps the Events that narrate a status
+      write until its answer: :meth:`take_events` after it (or when nothing needed writing),
+      :meth:`drop_events` when it was refused or superseded (409). A write whose answer was lost
+      may be on record: its Events wait for the next reconcile, which no longer sees the
+      transition they narrate.
     - :meth:`forget` drops everything held about one object.
     """
 
@@ -110,6 +115,7 @@ class Cache:
     _serving: dict[Key, Any] = field(default_factory=dict)
     _nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
     _stop_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
+    _held_events: dict[Key, dict[tuple[str, str], tuple[str, float]]] = field(default_factory=dict)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
     _views: dict[Key, JobView] = field(default_factory=dict)
 
@@ -434,6 +440,30 @@ class Cache:
         """The stop is on record (a new attempt), or ``key`` holds nothing left to stop."""
         self._stop_requests.pop(key, None)
 
+    # --- Events held for the status write they narrate -------------------------------------------
+
+    def hold_events(self, key: Key, events: Iterable[tuple[str, str, str]], now: float) -> None:
+        """Keep ``events`` (``(type, reason, message)``, decided at ``now``, epoch seconds) until
+        the status write that puts their decision on record answers. Events still held from a
+        write whose answer was lost stay, but one with the same type and reason is replaced by
+        the newer decision's."""
+        held = self._held_events.setdefault(key, {})
+        for type_, reason, message in events:
+            held.pop((type_, reason), None)
+            held[(type_, reason)] = (message, now)
+        if not held:
+            del self._held_events[key]
+
+    def take_events(self, key: Key) -> list[tuple[str, str, str, float]]:
+        """The Events held for ``key`` (``(type, reason, message, decided_at)``, oldest first),
+        now that their status is on record; they are no longer held."""
+        held = self._held_events.pop(key, {})
+        return [(type_, reason, message, at) for (type_, reason), (message, at) in held.items()]
+
+    def drop_events(self, key: Key) -> None:
+        """The write was refused or superseded: what the held Events narrate is not on record."""
+        self._held_events.pop(key, None)
+
     # --- the admission round, serving memory, the activator --------------------------------------
 
     def round_done(self, views: Mapping[str, PoolView], ledgers: Mapping[str, Ledger]) -> None:
@@ -477,7 +507,7 @@ class Cache:
         """Drop everything held about one object (it was deleted)."""
         for book in (self._overlay, self._assumed, self._created, self._deleted, self._create_errors,
                      self._waiting, self._last_wait_write, self._serving, self._nominations, self._stop_requests,
-                     self._views, self._serving_waits):
+                     self._views, self._serving_waits, self._held_events):
             book.pop(key, None)  # type: ignore[attr-defined]
         for gk in [k for k in self._assumed_groups if k[0] == key]:
             del self._assumed_groups[gk]

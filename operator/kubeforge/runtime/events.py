@@ -5,7 +5,10 @@ few background senders write it. The same Event about the same object within
 :data:`DEDUPE_SECONDS` is posted once (kubectl describe shows it once, with the first
 time), and when the queue is full the oldest are dropped and counted
 (``kubeforge_events_dropped_total``): under a storm, decisions matter more than their
-narration.
+narration. A create that gets no answer, a 429 or a 5xx is sent again, at most
+:data:`MAX_TRIES` times in all, :data:`RETRY_SECONDS` × the tries so far apart (client-go's
+``tools/record`` broadcaster retries the same way, ``maxTriesPerEvent = 12`` every 10 s; ours
+are fewer and sooner because a reconcile's Event is worth less once it is a minute late).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ COMPONENT = "kubeforge-operator"
 QUEUE_SIZE = 10_000
 DEDUPE_SECONDS = 60.0
 SENDERS = 4
+MAX_TRIES = 4
+RETRY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,12 @@ class EventSink:
                 metrics.EVENTS_DROPPED.inc()
             except asyncio.QueueEmpty:
                 pass
-        self._queue.put_nowait((ref, type_, reason, message, now))
+        self._queue.put_nowait((ref, type_, reason, message, now, 1))
+
+    def _again(self, item: tuple) -> None:
+        """Put a failed Event back on the queue (its try count raised), unless the queue is full."""
+        if not self._queue.full():
+            self._queue.put_nowait(item)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._send(), name=f"events-{i}") for i in range(SENDERS)]
@@ -78,7 +88,8 @@ class EventSink:
 
     async def _send(self) -> None:
         while True:
-            ref, type_, reason, message, now = await self._queue.get()
+            item = await self._queue.get()
+            ref, type_, reason, message, now, tries = item
             ns = ref.namespace or "default"
             ev = {
                 "apiVersion": "v1",
@@ -101,6 +112,9 @@ class EventSink:
             except ApiError as e:
                 if e.code == 403 and "terminat" in e.message.lower():
                     log.debug("event %s on %s/%s dropped: namespace terminating", reason, ns, ref.name)
+                elif e.transient and tries < MAX_TRIES:
+                    log.debug("event %s on %s/%s: try %d failed (%s), again later", reason, ns, ref.name, tries, e)
+                    asyncio.get_running_loop().call_later(RETRY_SECONDS * tries, self._again, item[:-1] + (tries + 1,))
                 else:
                     log.warning("event %s on %s/%s not posted: %s", reason, ns, ref.name, e)
             except asyncio.CancelledError:

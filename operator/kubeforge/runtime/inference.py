@@ -12,8 +12,9 @@ Every reconcile (a pod, a node, admission or a timer brought it here):
    groups the pool can place now (:func:`kubeforge.admission.groups_that_fit`);
 4. ask :func:`~kubeforge.serving.plan_serving` what to do with the groups (admission's new
    groups, failures, startup, drain, rollout, scale);
-5. write the status once (the groups' nodes are on record before their pods exist), then
-   delete, create, write the EndpointSlice, post Events.
+5. write the status once (the groups' nodes are on record before their pods exist), post the
+   Events that narrate it (held in the Cache until the write answers, so neither a lost answer
+   nor a failed create loses them), then delete, create, write the EndpointSlice.
 
 The autoscaler's memory lives in the process; after a restart it is seeded from
 ``status.desiredReplicas`` (as the HPA seeds from the scale's replicas), so a restart never
@@ -270,32 +271,33 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     )
     plan = plan_serving(rec, ctx)
     patch = _status_patch(rec, plan, d, q, mem, now, current)
+    scaled = [(NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}")] if d.desired != current else []
+    cache.hold_events(key, scaled + _condition_events(rec, patch) + plan.events, now)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
         except ApiError as e:
             if e.transient:
-                raise
+                raise  # it may be on record all the same: the held Events wait for the next reconcile
+            cache.drop_events(key)
             log.error("inferenceservice %s/%s: status write refused: %s", key[0], key[1], e)
             return 30.0
+    for type_, reason, message, at in cache.take_events(key):  # before the pods: a failed create must not lose them
+        rt.event(KIND, rec, type_, reason, message, at)
     cache.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
-    if d.desired != current:
-        rt.event(KIND, rec, NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}", now)
-    _condition_events(rt, rec, patch, now)
-    for type_, reason, message in plan.events:
-        rt.event(KIND, rec, type_, reason, message, now)
     if plan.release or d.desired > holding:
         rt.wake_admission()
     left = max(0.5, interval - (now - (mem.decided_at or now)))
     return min(left, plan.requeue_after) if plan.requeue_after is not None else left
 
 
-def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any], now: float) -> None:
-    """A Warning Event when the metric cannot be read (``ScalingActive`` turns False) or the pool
-    cannot place the replicas asked for (``ScalingLimited`` turns True/InsufficientCapacity): once
-    per transition, not per poll."""
+def _condition_events(rec: InferenceServiceRecord, patch: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The Warning Events ``(type, reason, message)`` that go with ``patch``: one when the metric
+    cannot be read (``ScalingActive`` turns False) or the pool cannot place the replicas asked for
+    (``ScalingLimited`` turns True/InsufficientCapacity): once per transition, not per poll."""
     new = {c["type"]: c for c in patch.get("conditions") or []}
+    out = []
     for type_, bad in ((scaling.SCALING_ACTIVE, "False"), (scaling.SCALING_LIMITED, "True")):
         c, old = new.get(type_), condition(rec.status, type_)
         if c is None or c["status"] != bad:
@@ -303,7 +305,8 @@ def _condition_events(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str,
         if type_ == scaling.SCALING_LIMITED and c["reason"] != scaling.INSUFFICIENT_CAPACITY:
             continue
         if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
-            rt.event(KIND, rec, WARNING, c["reason"], c["message"], now)
+            out.append((WARNING, c["reason"], c["message"]))
+    return out
 
 
 def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,

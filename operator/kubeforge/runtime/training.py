@@ -139,14 +139,18 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     now = time.time()
     terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
     plan = plan_training(job, _context(rt, job, now, terminating))
+    rt.cache.hold_events(key, plan.events, now)
     if not await _write_status(rt, job, plan, now):
+        rt.cache.drop_events(key)
         return 1.0
-    await _apply(rt, job, plan)
-    for type_, reason, message in plan.events:
+    # The Events narrate the status just written: posted before the pods are touched, so a
+    # failed create or delete (retried by the work queue) does not lose them.
+    for type_, reason, message, at in rt.cache.take_events(key):
         if type_ == WARNING or reason in LOGGED_NORMAL_REASONS:
             log.info("trainingjob %s/%s: %s: %s", key[0], key[1], reason, message)
-        rt.event(KIND, job, type_, reason, message, now)
+        rt.event(KIND, job, type_, reason, message, at)
     _count_restart(plan)
+    await _apply(rt, job, plan)
     if plan.release:
         rt.wake_admission()
     return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
