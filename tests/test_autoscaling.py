@@ -102,6 +102,9 @@ CASES = [
     ("capacity-no-effect-down", {"scale_down_stabilization_seconds": 0}, 3, 0.0, 1, 2, "Down", "ScaleDownLimit"),
     # from zero with demand: one replica is asked for anyway and waits for GPUs (the status says so)
     ("capacity-zero-from-zero", {"min_replicas": 0}, 0, 9.0, 0, 1, "Up", "InsufficientCapacity"),
+    # the count held after that step (its replica still waits): still limited, not "within range"
+    ("capacity-held-waiting", {"min_replicas": 1}, 1, 0.0, 0, 1, None, "InsufficientCapacity"),
+    ("capacity-held-placed", {"min_replicas": 1}, 1, 0.0, 1, 1, None, "TooFewReplicas"),
 ]
 
 
@@ -610,6 +613,8 @@ def test_properties(pol, start, plan):
             assert d.desired <= max(current, placeable, 1 if current == 0 else 0), d.reason
             if d.desired < current:  # a scale-down is never caused by the cap
                 assert d.limited_condition_reason != "InsufficientCapacity"
+            elif d.desired > placeable:  # replicas asked for that cannot all be placed: said, every time
+                assert d.limited_condition_reason == "InsufficientCapacity", d.reason
         if not d.scaling_active:
             if current > 0:
                 assert d.desired > 0  # missing data never scales to zero

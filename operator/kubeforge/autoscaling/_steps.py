@@ -297,7 +297,10 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
     replicas and GPUs), except from zero: a service at zero with demand (requests the
     activator holds) asks for one replica even when none fits now, so that replica waits for
     GPUs in admission's queue (placed the moment room appears) and the status says what it waits
-    for instead of "scaled to zero while idle"; never a scale-down because of capacity.
+    for instead of "scaled to zero while idle"; never a scale-down because of capacity. A count
+    held (desired = current) that is more than ``placeable`` stays :data:`INSUFFICIENT_CAPACITY`
+    too, unchanged, for as long as its replicas wait for GPUs: the condition does not turn back
+    to "within range" one decision after the step up while nothing was placed.
 
     Args:
         limit: :func:`rate_limit`'s outcome (its reason stands unless a bound moves it).
@@ -314,10 +317,10 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
             if p.min_replicas > 0:
                 reason, msg = R.TOO_FEW_REPLICAS, f"{desired} wanted, less than minReplicas {p.min_replicas}"
             desired = floor
+    gpr = p.gpus_per_replica
     if placeable is not None and desired > current and desired > placeable:
         fits = max(current, placeable)
         capped = max(fits, 1 if current == 0 else 0)
-        gpr = p.gpus_per_replica
         need, can, short = desired - current, fits - current, desired - fits
         reason = R.INSUFFICIENT_CAPACITY
         msg = (f"{desired} wanted but the pool can place {_replicas(placeable)} in total: "
@@ -326,4 +329,11 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
         if capped > fits:
             msg += "; from zero, 1 replica is asked for anyway and waits for GPUs"
         desired = capped
+    elif placeable is not None and desired == current and desired > placeable:
+        # holding a count the pool cannot place (replicas asked for earlier, still waiting for
+        # GPUs): still limited by capacity, for as long as that lasts, not only on the step up
+        short = desired - placeable
+        reason = R.INSUFFICIENT_CAPACITY
+        msg = (f"{desired} wanted but the pool can place {_replicas(placeable)} in total: {short} "
+               f"{'replica waits' if short == 1 else 'replicas wait'} for GPUs ({_gpus(short * gpr)})")
     return Limit(desired, reason, msg, limit.panic)
