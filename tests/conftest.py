@@ -42,12 +42,9 @@ def cluster():
         c.down(log=lambda m: print(f"[cluster] {m}"))  # a clean start: nothing left from an earlier session
     c.up(None, log=lambda m: print(f"[cluster] {m}"))
     c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    # NVIDIA's DRA driver's ComputeDomain CRD, as on a cluster where the driver was installed before
-    # kubeforge (docs/install.md): kopf resolves the kinds it watches when it starts, and one whose
-    # CRD appears later is picked up only if its rescan on the CRD's events finds it served.
-    from kubeforge.sim.dra import CRD_FIXTURE
-
-    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FIXTURE))
+    # NVIDIA's DRA driver's ComputeDomain CRD is NOT installed here: the DRA tests' fixture installs
+    # it after the operator started, as on a cluster where the driver comes after kubeforge (the
+    # ComputeDomain informer lists it again every few seconds until it is served).
     c.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     start_operator(c)
     yield c

@@ -203,12 +203,72 @@ def test_a_410_answer_to_the_watch_request_relists_at_once_without_a_warning(cap
     assert not caplog.records and gone == [] and store[("job", "ns", "j")] == ("j-0",)
 
 
+CD = "/apis/resource.nvidia.com/v1beta1"
+
+
 @pytest.mark.parametrize("namespaces, paths", [
-    ((), ["/api/v1/nodes", "/api/v1/pods"]),
-    (("team-a", "team-b"), ["/api/v1/nodes", "/api/v1/namespaces/team-a/pods", "/api/v1/namespaces/team-b/pods"]),
-    (("team-*",), ["/api/v1/nodes", "/api/v1/pods"]),  # a kopf glob: watched cluster-wide
-    (("team-a", "!kube-system"), ["/api/v1/nodes", "/api/v1/pods"]),
+    ((), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),
+    (("team-a", "team-b"), ["/api/v1/nodes", "/api/v1/namespaces/team-a/pods", f"{CD}/namespaces/team-a/computedomains",
+                            "/api/v1/namespaces/team-b/pods", f"{CD}/namespaces/team-b/computedomains"]),
+    (("team-*",), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),  # a kopf glob: watched cluster-wide
+    (("team-a", "!kube-system"), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),
 ])
-def test_pods_are_watched_per_namespace_only_for_plain_names(namespaces, paths):
+def test_pods_and_domains_are_watched_per_namespace_only_for_plain_names(namespaces, paths):
     stores, out = inf.informers(None, None, namespaces)  # type: ignore[arg-type]
-    assert [i.path for i in out] == paths and set(stores) == {"kf_pods", "kf_nodes"}
+    assert [i.path for i in out] == paths and set(stores) == {"kf_pods", "kf_nodes", "kf_compute_domains"}
+    domains = [i for i in out if i.resource == "computedomains"]
+    assert all(i.optional and i.selector == "kubeforge.io/job-name" for i in domains)
+    assert not any(i.optional for i in out if i.resource != "computedomains")
+
+
+def test_an_optional_kind_not_served_counts_as_synced_and_is_picked_up_once_served(monkeypatch, caplog):
+    """NVIDIA's ComputeDomain CRD installed after the operator started: lists answer 404 (the
+    informer is synced, empty, logs once at info), then the kind is served and its objects
+    arrive; when the CRD goes again, a 404 forgets them."""
+    monkeypatch.setattr(inf, "ABSENT_SECONDS", 0.001)
+    not_served = ApiError(404, "NotFound", "the server could not find the requested resource")
+    c = Client([not_served, not_served, {"items": [pod("j-0", "5")], "metadata": {"resourceVersion": "5"}},
+                not_served, {"items": [], "metadata": {"resourceVersion": "9"}}],
+               [Resp([{"type": "ERROR", "object": {"code": 500, "reason": "InternalError", "message": "x"}}])])
+    store = inf.IndexStore()
+    gone: list = []
+    seen: list = []
+
+    async def handler(body, name, namespace, memo):
+        return entries_of(body, name)
+
+    async def go():
+        i = inf.Informer(c, "/apis/g/v1/things", "things", handler, store, SimpleNamespace(),
+                         lambda e, memo: gone.append(dict(e)), selector="kubeforge.io/job-name", optional=True)
+        inf.BACKOFF_MIN = 0.001
+        real = c.request
+
+        async def request(method, path, *, query=None, read=False, resource="", timeout=0.0):
+            seen.append((i.synced.is_set(), dict(store), dict(query or {})))
+            return await real(method, path, query=query, read=read, resource=resource, timeout=timeout)
+
+        c.request = request
+        task = asyncio.create_task(i.run())
+        await asyncio.wait_for(c.done.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return i
+
+    with caplog.at_level("INFO", logger="kubeforge.informer"):
+        i = asyncio.run(go())
+    assert [s[0] for s in seen] == [False, True, True, True, True]  # synced after the first 404
+    assert seen[3][1] == {("job", "ns", "j"): ("j-0",)}  # served: the object arrived
+    assert all(q["labelSelector"] == "kubeforge.io/job-name" for _, _, q in seen)
+    assert c.queries and c.queries[0]["labelSelector"] == "kubeforge.io/job-name"
+    assert gone == [{("job", "ns", "j"): "j-0"}]  # the CRD went: its objects are forgotten
+    infos = [r.getMessage() for r in caplog.records]
+    assert sum("not served" in m for m in infos) == 2 and sum("served now" in m for m in infos) == 2, infos
+    assert i.synced.is_set()
+
+
+def test_a_404_of_a_kind_that_is_not_optional_is_a_failure(caplog):
+    c = Client([ApiError(404, "NotFound", "no"), {"items": [], "metadata": {"resourceVersion": "1"}}], [])
+    with caplog.at_level("WARNING", logger="kubeforge.informer"):
+        asyncio.run(run(c))
+    assert len(caplog.records) == 1 and "NotFound" in caplog.records[0].getMessage()

@@ -27,7 +27,7 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec, GPUPoolSpec
 from kubeforge.api._base import MAX_LABEL_LENGTH, name_error
 from kubeforge.api._trainingjob import MAX_JOB_NAME_LENGTH
 from kubeforge.objects import (
-    ADMISSION_GATE, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s,
+    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s,
     compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
     slice_from_k8s,
 )
@@ -213,15 +213,23 @@ async def kf_resource_claims(namespace: str, name: str, body: Any, memo: Any, **
     return {(namespace, name): view} if view.allocated else {}
 
 
-@kopf.index(COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, "computedomains", labels={JOB_NAME: kopf.PRESENT})
 async def kf_compute_domains(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> :class:`~kubeforge.objects.ComputeDomainView` of the ComputeDomains
-    kubeforge made (NVIDIA's DRA driver's CRD; absent where it is not installed). Each event
-    queues its job (its IMEX daemons' readiness, its deletion)."""
+    kubeforge made (NVIDIA's DRA driver's CRD; absent where it is not installed), fed by an
+    informer (:mod:`kubeforge.runtime.informer`) that notices the CRD when it is installed after
+    the operator started. Each event queues its job (its IMEX daemons' readiness, its deletion)."""
     view = compute_domain_from_k8s(body)
     if view.job:
         memo.rt.queue_job((namespace, view.job))
     return {(namespace, name): view}
+
+
+def kf_compute_domains_gone(entries: Any, memo: Any) -> None:
+    """A ComputeDomain was deleted (its last entries): its job is queued (it waits for the
+    domain's deletion before it lets go of the gang, or makes it again)."""
+    for (namespace, _), view in entries.items():
+        if view.job:
+            memo.rt.queue_job((namespace, view.job))
 
 
 @kopf.on.event("namespaces", when=lambda memo, **_: not memo.rt.ready.is_set())

@@ -17,6 +17,12 @@ round). Objects missing from a re-list are treated the same way.
 Failures: 410 Gone (the version is too old) re-lists at once; any other error or a broken
 stream re-lists after a bounded backoff, with one log line per failure streak. The tasks are
 cancelled with the runtime's other tasks at kopf's cleanup.
+
+An *optional* collection (NVIDIA's ComputeDomains: a CRD the DRA driver installs, maybe after
+kubeforge) answers 404 while its kind is not served: the informer counts as synced with nothing
+in it, logs that once, and lists again every :data:`ABSENT_SECONDS`, so a CRD installed after the
+operator started is picked up within that time (kopf resolves the kinds it watches at start and
+missed such a CRD, see docs/install.md). If the CRD goes, the next list's 404 forgets its objects.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ READ_TIMEOUT = WATCH_TIMEOUT + 30.0
 taken as dead."""
 BACKOFF_MIN = 0.5
 BACKOFF_MAX = 30.0
+ABSENT_SECONDS = 10.0
+"""Seconds between lists of an optional collection whose kind the API server does not serve
+(404): how soon a CRD installed after the operator started is seen."""
 
 _PLAIN_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 """A namespace name (RFC 1123 label), not a kopf pattern."""
@@ -106,10 +115,13 @@ class Informer:
     """List + watch one collection (``path``: ``/api/v1/pods``, ``/api/v1/namespaces/x/pods``,
     ``/api/v1/nodes``) into ``store`` through ``handler`` (an index handler: ``body``,
     ``name``, ``namespace``, ``memo`` -> entries). ``namespace`` is the one the path is limited
-    to (None: all), so a re-list only forgets objects of its own scope."""
+    to (None: all), so a re-list only forgets objects of its own scope. ``selector`` is a label
+    selector for the list and the watch (``kubeforge.io/job-name``: those that have the label);
+    ``optional`` makes a 404 mean "not served yet" (see the module docstring)."""
 
     def __init__(self, client: KubeClient, path: str, resource: str, handler: Handler, store: IndexStore, memo: Any,
-                 on_gone: OnGone | None = None, namespace: str | None = None) -> None:
+                 on_gone: OnGone | None = None, namespace: str | None = None, selector: str | None = None,
+                 optional: bool = False) -> None:
         self.client = client
         self.path = path
         self.resource = resource
@@ -118,6 +130,8 @@ class Informer:
         self.memo = memo
         self.on_gone = on_gone
         self.namespace = namespace
+        self.selector = selector
+        self.optional = optional
         self.synced = asyncio.Event()
         self.relists = 0
         self._handler_failing: set[ObjKey] = set()
@@ -129,10 +143,26 @@ class Informer:
         """Forever: list, then watch and resume; re-list on 410 or after a failure."""
         rv: str | None = None
         failing = 0
+        absent = False
         while True:
             try:
                 if rv is None:
-                    rv = await self._list()
+                    try:
+                        rv = await self._list()
+                    except ApiError as e:
+                        if not (self.optional and e.code == 404):
+                            raise
+                        self._forget_unseen(set())
+                        self.synced.set()  # a kind not served has no objects: nothing to wait for
+                        if not absent:
+                            log.info("%s: not served (no CRD yet); listing again every %.0fs", self.path,
+                                     ABSENT_SECONDS)
+                        absent = True
+                        await asyncio.sleep(ABSENT_SECONDS)
+                        continue
+                    if absent:
+                        log.info("%s: served now, watching", self.path)
+                    absent = False
                     self.synced.set()
                 rv = await self._watch(rv)
                 if failing:
@@ -160,6 +190,8 @@ class Informer:
         cont: str | None = None
         while True:
             query: dict[str, Any] = {"limit": str(LIST_LIMIT)}
+            if self.selector:
+                query["labelSelector"] = self.selector
             if cont:
                 query["continue"] = cont
             body = await self.client.request("GET", self.path, query=query, read=True, resource=self.resource,
@@ -173,14 +205,20 @@ class Informer:
                 if not rv:
                     raise ApiError(0, "NoResourceVersion", f"list of {self.path} had no resourceVersion")
                 break
+        self._forget_unseen(seen)
+        return rv
+
+    def _forget_unseen(self, seen: set[ObjKey]) -> None:
+        """Objects of this informer's scope that a complete list did not show are gone."""
         for obj in self.store.objects():
             if obj not in seen and (self.namespace is None or obj[0] == self.namespace):
                 self._gone(obj)
-        return rv
 
     async def _watch(self, rv: str) -> str:
         query = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
                  "timeoutSeconds": str(WATCH_TIMEOUT)}
+        if self.selector:
+            query["labelSelector"] = self.selector
         resp = await self.client.stream(self.path, query, resource=self.resource, read_timeout=READ_TIMEOUT)
         try:
             buf = bytearray()
@@ -239,20 +277,28 @@ class Informer:
 
 
 def informers(client: KubeClient, memo: Any, namespaces: tuple[str, ...] = ()) -> tuple[dict[str, IndexStore], list[Informer]]:
-    """The stores (index name -> store, for :meth:`Cache.attach`) and informers of pods (all
-    namespaces, or each of ``namespaces`` when every one is a plain name) and nodes.
+    """The stores (index name -> store, for :meth:`Cache.attach`) and informers of pods and of
+    the ComputeDomains kubeforge made (all namespaces, or each of ``namespaces`` when every one
+    is a plain name), and of nodes.
 
     kopf takes globs and negations in ``--namespace`` (``team-*``, ``!kube-system``): with any
     of those the pods are watched cluster-wide (the operator's ClusterRole lists them), which
     the ledger only gains from (a GPU pod in a namespace kubeforge does not serve still holds
-    its GPUs)."""
+    its GPUs). ComputeDomains are optional (NVIDIA's DRA driver's CRD, maybe installed later)
+    and only those with kubeforge's ``kubeforge.io/job-name`` label are watched."""
+    from kubeforge.objects import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, JOB_NAME
     from kubeforge.runtime import indexes as ix
 
-    pods, nodes = IndexStore(), IndexStore()
+    pods, nodes, domains = IndexStore(), IndexStore(), IndexStore()
+    cd = f"/apis/{COMPUTE_DOMAIN_GROUP}/{COMPUTE_DOMAIN_VERSION}"
     out = [Informer(client, "/api/v1/nodes", "nodes", ix.kf_nodes, nodes, memo, ix.kf_nodes_gone)]
     if namespaces and all(_PLAIN_NAMESPACE.fullmatch(ns) for ns in namespaces):
-        out += [Informer(client, f"/api/v1/namespaces/{ns}/pods", "pods", ix.kf_pods, pods, memo, ix.kf_pods_gone,
-                         namespace=ns) for ns in namespaces]
+        scopes: list[tuple[str, str | None]] = [(f"/namespaces/{ns}", ns) for ns in namespaces]
     else:
-        out.append(Informer(client, "/api/v1/pods", "pods", ix.kf_pods, pods, memo, ix.kf_pods_gone))
-    return {"kf_pods": pods, "kf_nodes": nodes}, out
+        scopes = [("", None)]
+    for prefix, ns in scopes:
+        out.append(Informer(client, f"/api/v1{prefix}/pods", "pods", ix.kf_pods, pods, memo, ix.kf_pods_gone,
+                            namespace=ns))
+        out.append(Informer(client, f"{cd}{prefix}/computedomains", "computedomains", ix.kf_compute_domains, domains,
+                            memo, ix.kf_compute_domains_gone, namespace=ns, selector=JOB_NAME, optional=True))
+    return {"kf_pods": pods, "kf_nodes": nodes, "kf_compute_domains": domains}, out
