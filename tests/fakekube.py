@@ -326,6 +326,19 @@ class FakeKube:
             await self.put("Pod", p)
 
 
+async def small_cluster(nodes: int = 2) -> FakeKube:
+    """A FakeKube at ``records.NOW``: namespace ``records.NS`` (Active), ``nodes`` 8-GPU nodes
+    ``n0``, ``n1``, ... and GPUPool ``p`` over them."""
+    from records import NOW, NS, node_body, pool_body
+
+    kube = FakeKube(NOW)
+    await kube.put("Namespace", {"metadata": {"name": NS}, "status": {"phase": "Active"}}, new=True)
+    for i in range(nodes):
+        await kube.put("Node", node_body(f"n{i}", 8), new=True)
+    await kube.put("GPUPool", pool_body("p"), new=True)
+    return kube
+
+
 async def settle(kube: FakeKube, rounds: int = 25) -> None:
     """The operator to a fixed point, level-based: an admission round at :attr:`FakeKube.now`,
     every job's and every service's reconcile (and whatever their queues hold), the scheduler

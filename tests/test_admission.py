@@ -23,12 +23,12 @@ from kubeforge.lifecycle import TrainingContext, plan_training
 from kubeforge.objects import PlacementRecord, Taint, pod_requests
 from kubeforge.objects._labels import VOLUME_GATE
 
-from fakekube import FakeKube, pinned_node, settle
+from fakekube import pinned_node, settle, small_cluster
 from kubeforge.runtime.admission import admission_round
 from kubeforge.runtime.training import reconcile_job
 from records import (
     BLOCK, CLIQUE, GPU, NOW, NS, SPOT, foreign_pod, iso, job_body, mk_job, mk_node, mk_pool,
-    mk_service, node_body, placed, pool_body, snapshot, submitted, view, worker_pod,
+    mk_service, placed, snapshot, submitted, view, worker_pod,
 )
 
 MIG = "nvidia.com/mig-1g.10gb"
@@ -610,16 +610,6 @@ def test_nothing_is_placed_for_a_service_being_deleted_or_invalid():
 # ------------------------------------------------------------------------------- through the lifecycle
 
 
-async def _cluster(nodes: int) -> FakeKube:
-    """A FakeKube of ``nodes`` 8-GPU nodes, pool ``p`` over them, namespace NS."""
-    kube = FakeKube(NOW)
-    await kube.put("Namespace", {"metadata": {"name": NS}, "status": {"phase": "Active"}}, new=True)
-    for i in range(nodes):
-        await kube.put("Node", node_body(f"n{i}", 8), new=True)
-    await kube.put("GPUPool", pool_body("p"), new=True)
-    return kube
-
-
 def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods(monkeypatch):
     """One pass of the runtime (the real admission round and job reconcile, on FakeKube): an
     admitted gang's reconcile writes status.placement, makes its checkpoint claim and, in the
@@ -627,7 +617,7 @@ def test_admission_then_reconcile_writes_the_placement_and_creates_pinned_pods(m
     claim is bound the gate is lifted. The ledger holds the same GPUs all along."""
 
     async def go():
-        kube = await _cluster(2)
+        kube = await small_cluster(2)
         kube.use_clock(monkeypatch)
         await kube.client_create("TrainingJob", submitted(job_body("j", replicas=2, gpus=8)))
         key = (NS, "j")
@@ -765,7 +755,7 @@ def test_a_gang_behind_one_suspended_right_after_admission_runs(monkeypatch):
     the placement, gets the GPUs."""
 
     async def go():
-        kube = await _cluster(4)
+        kube = await small_cluster(4)
         kube.use_clock(monkeypatch)
         await kube.client_create("TrainingJob", submitted(job_body("first", replicas=4, gpus=8, priority=1)))
         await kube.client_create("TrainingJob", submitted(job_body("second", replicas=4, gpus=8)))

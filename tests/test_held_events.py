@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 import kubeforge.runtime.events as events_mod
-from fakekube import FakeKube
+from fakekube import FakeKube, small_cluster
 from kubeforge.objects import ADMITTED, NORMAL, SCALED, WARNING
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.runtime.admission import admission_round
@@ -23,18 +23,9 @@ from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink, ObjectRef
 from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.training import reconcile_job
-from records import NOW, NS, job_body, node_body, pool_body, service_body, submitted
+from records import NS, job_body, service_body, submitted
 
 KEY = (NS, "j")
-
-
-async def _cluster(nodes: int = 2) -> FakeKube:
-    kube = FakeKube(NOW)
-    await kube.put("Namespace", {"metadata": {"name": NS}, "status": {"phase": "Active"}}, new=True)
-    for i in range(nodes):
-        await kube.put("Node", node_body(f"n{i}", 8), new=True)
-    await kube.put("GPUPool", pool_body("p"), new=True)
-    return kube
 
 
 def _reasons(kube: FakeKube, name: str) -> list[tuple[str, str]]:
@@ -47,7 +38,7 @@ def test_admitted_event_is_posted_although_the_pod_create_fails(monkeypatch):
     once, and the retry does not post it again."""
 
     async def go():
-        kube = await _cluster()
+        kube = await small_cluster()
         kube.use_clock(monkeypatch)
         await kube.client_create("TrainingJob", submitted(job_body("j", replicas=2, gpus=8)))
         await admission_round(kube.rt, kube.now)
@@ -68,7 +59,7 @@ def test_admitted_event_waits_out_a_lost_status_write(monkeypatch):
     transition, posts the held Event, with the time it was decided."""
 
     async def go():
-        kube = await _cluster()
+        kube = await small_cluster()
         kube.use_clock(monkeypatch)
         await kube.client_create("TrainingJob", submitted(job_body("j", replicas=2, gpus=8)))
         await admission_round(kube.rt, kube.now)
@@ -92,7 +83,7 @@ def test_insufficient_capacity_warning_waits_out_a_lost_status_write(monkeypatch
     already on record (no transition) and still posts the Warning, once."""
 
     async def go():
-        kube = await _cluster()
+        kube = await small_cluster()
         kube.use_clock(monkeypatch)
         await kube.client_create("InferenceService", submitted(service_body(
             "big", gpus=16, minReplicas=1, maxReplicas=2, autoscaling={"prometheusURL": "http://127.0.0.1:1"})))
