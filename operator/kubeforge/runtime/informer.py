@@ -155,13 +155,9 @@ class Informer:
         while True:
             try:
                 if rv is None:
-                    try:
-                        rv = await self._list()
-                    except ApiError as e:
-                        if not (self.optional and e.code == 404):
-                            raise
-                        self._forget_unseen(set())
-                        self.synced.set()  # a kind not served has no objects: nothing to wait for
+                    rv = await self._list()
+                    self.synced.set()  # a kind not served has no objects: nothing to wait for either
+                    if rv is None:
                         if not absent:
                             log.info("%s: not served (no CRD yet); listing again every %.0fs", self.path,
                                      ABSENT_SECONDS)
@@ -171,7 +167,6 @@ class Informer:
                     if absent:
                         log.info("%s: served now, watching", self.path)
                     absent = False
-                    self.synced.set()
                 rv = await self._watch(rv)
                 if failing:
                     log.info("%s: watching again after %d failed tries", self.path, failing)
@@ -192,7 +187,19 @@ class Informer:
                 delay = min(BACKOFF_MAX, BACKOFF_MIN * 2 ** min(failing, 8))
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))
 
-    async def _list(self) -> str:
+    async def _list(self) -> str | None:
+        """List the collection (every page), apply each object, forget those it no longer has;
+        returns the list's resourceVersion, or None for an optional kind not served (404), whose
+        objects are all forgotten."""
+        try:
+            return await self._list_pages()
+        except ApiError as e:
+            if not (self.optional and e.code == 404):
+                raise
+            self._forget_unseen(set())
+            return None
+
+    async def _list_pages(self) -> str:
         self.relists += 1
         seen: set[ObjKey] = set()
         cont: str | None = None
