@@ -317,23 +317,22 @@ def bound(policy: AutoscalingPolicy, limit: Limit, current: int, placeable: int 
             if p.min_replicas > 0:
                 reason, msg = R.TOO_FEW_REPLICAS, f"{desired} wanted, less than minReplicas {p.min_replicas}"
             desired = floor
-    gpr = p.gpus_per_replica
-    if placeable is not None and desired > current and desired > placeable:
-        fits = max(current, placeable)
-        capped = max(fits, 1 if current == 0 else 0)
-        need, can, short = desired - current, fits - current, desired - fits
+    if placeable is not None and desired >= current and desired > placeable:
+        gpr = p.gpus_per_replica
         reason = R.INSUFFICIENT_CAPACITY
-        msg = (f"{desired} wanted but the pool can place {_replicas(placeable)} in total: "
-               f"needs {need} more {'replica' if need == 1 else 'replicas'} ({_gpus(need * gpr)}); "
-               f"the pool can place {can} more ({_gpus(can * gpr)}), {short} short ({_gpus(short * gpr)})")
-        if capped > fits:
-            msg += "; from zero, 1 replica is asked for anyway and waits for GPUs"
-        desired = capped
-    elif placeable is not None and desired == current and desired > placeable:
-        # holding a count the pool cannot place (replicas asked for earlier, still waiting for
-        # GPUs): still limited by capacity, for as long as that lasts, not only on the step up
-        short = desired - placeable
-        reason = R.INSUFFICIENT_CAPACITY
-        msg = (f"{desired} wanted but the pool can place {_replicas(placeable)} in total: {short} "
-               f"{'replica waits' if short == 1 else 'replicas wait'} for GPUs ({_gpus(short * gpr)})")
+        msg = f"{desired} wanted but the pool can place {_replicas(placeable)} in total: "
+        if desired > current:
+            fits = max(current, placeable)
+            capped = max(fits, 1 if current == 0 else 0)
+            need, can, short = desired - current, fits - current, desired - fits
+            msg += (f"needs {need} more {'replica' if need == 1 else 'replicas'} ({_gpus(need * gpr)}); "
+                    f"the pool can place {can} more ({_gpus(can * gpr)}), {short} short ({_gpus(short * gpr)})")
+            if capped > fits:
+                msg += "; from zero, 1 replica is asked for anyway and waits for GPUs"
+            desired = capped
+        else:
+            # holding a count the pool cannot place (replicas asked for earlier, still waiting for
+            # GPUs): still limited by capacity, for as long as that lasts, not only on the step up
+            short = desired - placeable
+            msg += f"{short} {'replica waits' if short == 1 else 'replicas wait'} for GPUs ({_gpus(short * gpr)})"
     return Limit(desired, reason, msg, limit.panic)
