@@ -39,6 +39,7 @@ from kubeforge.runtime import indexes as ix
 from kubeforge.runtime.informer import IndexStore
 from kubeforge.runtime.client import RESOURCES, ApiError
 from kubeforge.runtime.state import Runtime
+from records import NOW, NS, node_body, pool_body
 
 KIND_OF = {"pods": "Pod", "nodes": "Node", "trainingjobs": "TrainingJob", "inferenceservices": "InferenceService",
            "gpupools": "GPUPool", "persistentvolumeclaims": "PersistentVolumeClaim"}
@@ -329,8 +330,6 @@ class FakeKube:
 async def small_cluster(nodes: int = 2) -> FakeKube:
     """A FakeKube at ``records.NOW``: namespace ``records.NS`` (Active), ``nodes`` 8-GPU nodes
     ``n0``, ``n1``, ... and GPUPool ``p`` over them."""
-    from records import NOW, NS, node_body, pool_body
-
     kube = FakeKube(NOW)
     await kube.put("Namespace", {"metadata": {"name": NS}, "status": {"phase": "Active"}}, new=True)
     for i in range(nodes):

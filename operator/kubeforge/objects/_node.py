@@ -168,9 +168,10 @@ def parse_quantity(value: Any) -> Decimal:
     """A Kubernetes resource quantity (``500m``, ``1Gi``, ``1e3``, ``2``) as a Decimal in base
     units, by the suffix rules of apimachinery's ``pkg/api/resource/quantity.go``: decimal SI
     ``n u m k M G T P E`` (and ``K``, which the client takes as ``k``), binary ``Ki Mi Gi Ti Pi
-    Ei``, a decimal exponent ``e``/``E``. The same results as the Kubernetes Python client's ``kubernetes.utils.quantity.parse_quantity``
-    (a unit test compares the two). Written here because importing that module imports the
-    whole synchronous client, about 7 MiB of the operator's memory for one function.
+    Ei``, a decimal exponent ``e``/``E``. The same results as the Kubernetes Python client's
+    ``kubernetes.utils.quantity.parse_quantity`` (a unit test compares the two). Written here
+    because importing that module imports the whole synchronous client, about 7 MiB of the
+    operator's memory for one function.
 
     Raises:
         ValueError: not a number with a known suffix.
