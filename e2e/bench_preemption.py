@@ -163,7 +163,10 @@ def kueue_order():
         _victims.checkpoint_age = real
 
 
-def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: float) -> dict:
+def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: float, tag: str = "") -> dict:
+    """One replay of ``jobs``; ``tag`` goes into every uid, so replays of other job lists
+    (another seed) never meet this one's specs in the operator's parse cache, which is keyed by
+    uid and generation."""
     fleet = {f"n{i:02d}": Node(f"n{i:02d}", {CLIQUE: f"c{i // 4}"}, allocatable={GPU: 8}, capacity={GPU: 8})
              for i in range(nodes)}
     pool = make_pool(nodes * 8 // 2, 0)
@@ -178,7 +181,7 @@ def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: flo
         live = [j for j in jobs if j.arrival <= now and j.finished is None]
         views = {}
         for j in live:
-            uid = uids.setdefault((j.name, j.preemptions, bool(j.placement)), f"{j.name}-{len(uids)}")
+            uid = uids.setdefault((j.name, j.preemptions, bool(j.placement)), f"{tag}{j.name}-{len(uids)}")
             rec = job_record(j, now, ckpt, uid)
             views[rec.key] = JobView(rec, rec.status)
         snap = Snapshot(pools={"h100": pool}, nodes=fleet, jobs=views, storage_classes=frozenset(),
@@ -230,32 +233,54 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=10.0, help="simulated time")
     ap.add_argument("--step", type=float, default=60.0, help="seconds per simulation step")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seeds", default="",
+                    help="several seeds, e.g. 1-7 or 1,3,5: every case on each seed's jobs, a row per seed and the sums "
+                         "(one seed's figures swing by half on a change as small as a tie-break)")
     a = ap.parse_args()
-    jobs = load_jobs(a.trace, a.jobs, a.seed, a.arrival_hours, a.max_hours)
+    seeds = _seeds(a.seeds) or [a.seed]
     ckpt = a.checkpoint_minutes * 60
-    print(f"{len(jobs)} gangs from {a.trace.name} (arriving over {a.arrival_hours:g} h, runs capped at {a.max_hours:g} h), "
-          f"{a.nodes} x 8 GPUs, two teams with {a.nodes * 4} nominal GPUs each, checkpoint every "
-          f"{a.checkpoint_minutes:g} min, {a.hours:g} h simulated in {a.step:g} s steps")
+    cases = (("kubeforge", nullcontext),
+             ("kubeforge, queue by priority only", priority_first_queue),
+             ("Kueue-like victims (lowest priority, newest)", kueue_order))
     rows = []
-    cases = (("kubeforge", nullcontext()),
-             ("kubeforge, queue by priority only", priority_first_queue()),
-             ("Kueue-like victims (lowest priority, newest)", kueue_order()))
-    for name, ctx in cases:
-        started = time.process_time()
-        with ctx:
-            r = simulate(fresh(jobs), a.nodes, ckpt, a.step, a.hours * 3600)
-        r["cpu"] = time.process_time() - started
-        rows.append((name, r))
+    for seed in seeds:
+        jobs = load_jobs(a.trace, a.jobs, seed, a.arrival_hours, a.max_hours)
+        if seed == seeds[0]:
+            print(f"{len(jobs)} gangs from {a.trace.name} (arriving over {a.arrival_hours:g} h, runs capped at {a.max_hours:g} h), "
+                  f"{a.nodes} x 8 GPUs, two teams with {a.nodes * 4} nominal GPUs each, checkpoint every "
+                  f"{a.checkpoint_minutes:g} min, {a.hours:g} h simulated in {a.step:g} s steps"
+                  + (f"; seeds {a.seeds}" if len(seeds) > 1 else ""))
+        for name, ctx in cases:
+            started = time.process_time()
+            with ctx():
+                r = simulate(fresh(jobs), a.nodes, ckpt, a.step, a.hours * 3600, tag=f"s{seed}-")
+            r["cpu"] = time.process_time() - started
+            rows.append((seed, name, r))
     print(f"{'case':<46} {'preempt':>8} {'GPU-h lost':>11} {'per preemption: mean':>21} {'p95':>7} {'max':>7} "
           f"{'worst (intervals)':>18} {'finished':>9} {'util':>6} {'CPU s':>6}")
-    for name, r in rows:
-        print(f"{name:<46} {r['preemptions']:>8} {r['lost']:>11.1f} {r['mean']:>21.2f} {r['p95']:>7.2f} {r['max']:>7.2f} "
+    for seed, name, r in rows:
+        label = name if len(seeds) == 1 else f"seed {seed}: {name}"
+        print(f"{label:<46} {r['preemptions']:>8} {r['lost']:>11.1f} {r['mean']:>21.2f} {r['p95']:>7.2f} {r['max']:>7.2f} "
               f"{r['worst_intervals']:>18.2f} {r['finished']:>9} {r['util']:>6.1%} {r['cpu']:>6.1f}")
+    if len(seeds) > 1:
+        for name, _ in cases:
+            mine = [r for _, n, r in rows if n == name]
+            print(f"{'all seeds: ' + name:<46} {sum(r['preemptions'] for r in mine):>8} {sum(r['lost'] for r in mine):>11.1f}"
+                  f"   (sums over {len(seeds)} seeds; finished {sum(r['finished'] for r in mine)})")
     print("GPU-hours lost: work since each victim's last checkpoint x its GPUs (its SIGTERM checkpoint not counted);"
           " worst (intervals): the largest loss of one victim / (checkpoint interval x its GPUs), target <= 1.")
     print('Trace: Alibaba clusterdata cluster-trace-gpu-v2023 (openb_pod_list_default.csv), CC BY 4.0; '
           'Weng et al., "Beware of Fragmentation", USENIX ATC 2023.')
     return 0
+
+
+def _seeds(text: str) -> list[int]:
+    """``"1-7"`` or ``"1,3,5"`` (or both, comma-separated) as a list of seeds; ``""`` gives []."""
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 if __name__ == "__main__":
