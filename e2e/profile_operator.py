@@ -120,6 +120,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "operator"))
     from kubeforge.sim.cluster import Cluster
 
+    out.parent.mkdir(parents=True, exist_ok=True)  # py-spy does not make it, and says nothing when it cannot write
     pidfile = Cluster(args.cluster).dir / "operator.pid"
     pidfile.unlink(missing_ok=True)
     if "--phases" not in bench_args:
@@ -146,7 +147,7 @@ def main() -> int:
     if spy is not None:
         spy.wait(timeout=60)
     if not out.exists():
-        print("no profile written (did the operator start?)")
+        print(f"no profile written to {out} (did the operator start? is py-spy allowed to attach: ptrace?)")
         return 1
     print(f"\nOPERATOR PROFILE (py-spy, {args.rate} Hz, on-CPU samples, raw stacks in {out})")
     print(summarize(out, args.top))
