@@ -72,15 +72,21 @@ class FakeQueue:
 
     def __init__(self) -> None:
         self.keys: set = set()
+        self.urgent: set = set()
 
-    def add(self, key: Any) -> None:
+    def add(self, key: Any, urgent: bool = False) -> None:
         self.keys.add(key)
+        if urgent:
+            self.urgent.add(key)
 
     def forget(self, key: Any) -> None:
         self.keys.discard(key)
+        self.urgent.discard(key)
 
     def take(self) -> list:
-        out, self.keys = sorted(self.keys), set()
+        """The queued keys, the urgent lane's first (as the real queue takes them), each lane sorted."""
+        out = sorted(self.urgent) + sorted(self.keys - self.urgent)
+        self.keys, self.urgent = set(), set()
         return out
 
 

@@ -88,3 +88,52 @@ def test_work_queue_requeues_after_the_handler_asks_and_retries_a_failure():
 
     ok, calls = asyncio.run(scenario())
     assert ok and calls == ["k", "k", "k"]
+
+
+def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_once():
+    async def scenario():
+        seen, gate = [], asyncio.Event()
+
+        async def handler(key):
+            seen.append(key)
+            return None
+
+        q = WorkQueue(handler, workers=1, name="t", gate=gate)
+        q.start()
+        for k in ("a", "b", "c"):
+            q.add(k)
+        q.add("d", urgent=True)
+        q.add("b", urgent=True)  # queued normally: moves up, and runs once
+        q.add("d")  # already urgent: stays so
+        assert len(q) == 4
+        gate.set()
+        await _until(lambda: len(seen) == 4)
+        await asyncio.sleep(0.05)  # no second run of "b" from its old place in the normal lane
+        await q.stop()
+        return seen
+
+    assert asyncio.run(scenario()) == ["d", "b", "a", "c"]
+
+
+def test_an_urgent_add_while_the_key_runs_reruns_it_ahead_of_the_normal_lane():
+    async def scenario():
+        seen, release = [], asyncio.Event()
+
+        async def handler(key):
+            seen.append(key)
+            if len(seen) == 1:
+                await release.wait()
+            return None
+
+        q = WorkQueue(handler, workers=1, name="t")
+        q.start()
+        q.add("a")
+        await _until(lambda: seen)
+        q.add("z")
+        q.add("a", urgent=True)  # "a" is running: re-run after it, before "z"
+        release.set()
+        await _until(lambda: len(seen) == 3)
+        await q.stop()
+        return seen
+
+    assert asyncio.run(scenario()) == ["a", "a", "z"]

@@ -7,7 +7,8 @@ one round. Applying a round is cheap: an admitted gang becomes an *assumed* plac
 cache (it holds its GPUs in the next round's ledger at once) and its reconcile is queued,
 which writes the placement to status and creates the pods; a waiting gang's reason goes to
 its reconcile the same way. A serving replica group placed is assumed the same way and its
-service's reconcile writes it and creates its pods.
+service's reconcile writes it and creates its pods. Admissions, victims and placed groups
+take the work queues' urgent lane, ahead of the reconciles that watch events queue.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
     for a in plan.admit:
         pl = a.placement
         cache.assume(a.key, PlacementRecord(a.pool, pl.nodes, pl.level, pl.domain, pl.reason))
-        rt.queue_job(a.key)
+        rt.queue_job(a.key, urgent=True)
         metrics.ADMISSIONS.labels(pool=a.pool, result="admitted").inc()
     for p in plan.preempt:
         cache.nominate(p.key, p.pool, p.gpus_by_node)
@@ -82,7 +83,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
             cache.request_stop(v.key, v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
             metrics.PREEMPTIONS.labels(reason=v.reason).inc()
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
-            rt.queue_job(v.key)
+            rt.queue_job(v.key, urgent=True)
     # admitted, or no longer waiting for its victims: the GPUs are no longer promised to it
     cache.keep_nominations(w.key for w in plan.wait if w.reason == PREEMPTING)
     for key in cache.hand_waits({w.key: (w.reason, w.message) for w in plan.wait}):
@@ -91,7 +92,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
         pl = g.placement
         cache.assume_group(g.key, AssumedGroup(g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason),
                                                g.gpus_per_pod))
-        rt.queue_service(g.key)
+        rt.queue_service(g.key, urgent=True)
         metrics.ADMISSIONS.labels(pool=g.pool, result="admitted").inc()
     for key in cache.hand_serving_waits(plan.serving_waits):
         rt.queue_service(key)

@@ -1,5 +1,5 @@
 """A controller-runtime style work queue: deduplicated keys, one worker per key at a time,
-delayed re-adds, bounded backoff, one log line per failure.
+delayed re-adds, bounded backoff, one log line per failure, and an urgent lane.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ class WorkQueue:
 
     ``gate`` (an :class:`asyncio.Event`), when given, must be set for work to start: the
     operator's leadership.
+
+    Two lanes, first in first out within each: a key added with ``urgent=True`` is taken
+    before every key of the normal lane (a key already queued in the normal lane moves up).
+    The admission round adds the gangs it has just admitted or chosen as victims that way, so
+    that writing a decision never waits behind the reconciles that a burst of pod and claim
+    watch events queues (each of which usually finds nothing to do). kube-scheduler keeps
+    its active queue ahead of its backoff queue for the same reason.
     """
 
     def __init__(self, handler: Callable[[Hashable], Awaitable[float | None]], workers: int = 8,
@@ -37,23 +44,27 @@ class WorkQueue:
         self._workers = workers
         self._name = name
         self._gate = gate
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._pending: set = set()
+        self._queue: asyncio.PriorityQueue = asyncio.PriorityQueue()  # (lane, seq, key); lane 0 is urgent
+        self._seq = 0
+        self._pending: dict[Hashable, int] = {}  # key -> its lane; older entries of a key that moved up are skipped
         self._active: set = set()
-        self._dirty: set = set()
+        self._dirty: dict[Hashable, int] = {}
         self._failures: dict[Hashable, int] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task] = []
 
-    def add(self, key: Hashable) -> None:
-        """Queue ``key`` unless already queued; a key being processed is re-run once after."""
+    def add(self, key: Hashable, urgent: bool = False) -> None:
+        """Queue ``key`` unless already queued (an urgent add moves a queued key to the urgent
+        lane); a key being processed is re-run once after, in the more urgent of its lanes."""
+        lane = 0 if urgent else 1
         if key in self._active:
-            self._dirty.add(key)
+            self._dirty[key] = min(lane, self._dirty.get(key, lane))
             return
-        if key in self._pending:
+        if self._pending.get(key, 2) <= lane:
             return
-        self._pending.add(key)
-        self._queue.put_nowait(key)
+        self._pending[key] = lane
+        self._seq += 1
+        self._queue.put_nowait((lane, self._seq, key))
 
     def add_after(self, key: Hashable, seconds: float) -> None:
         """Queue ``key`` in ``seconds`` (at most one hour); an earlier timer for the same key
@@ -91,14 +102,18 @@ class WorkQueue:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def __len__(self) -> int:
-        return self._queue.qsize()
+        return len(self._pending)
 
     async def _work(self) -> None:
         while True:
-            key = await self._queue.get()
+            lane, _, key = await self._queue.get()
+            if self._pending.get(key) != lane:
+                continue  # the key moved to the urgent lane and was taken from there
             if self._gate is not None and not self._gate.is_set():
                 await self._gate.wait()
-            self._pending.discard(key)
+            if self._pending.get(key) != lane:
+                continue
+            del self._pending[key]
             self._active.add(key)
             started = time.monotonic()
             try:
@@ -123,5 +138,4 @@ class WorkQueue:
                 metrics.RECONCILE_SECONDS.labels(kind=self._name).observe(time.monotonic() - started)
                 self._active.discard(key)
                 if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.add(key)
+                    self.add(key, urgent=self._dirty.pop(key) == 0)

@@ -77,13 +77,16 @@ class Runtime:
     def wake_admission(self) -> None:
         self.admission_wake.set()
 
-    def queue_job(self, key: Key) -> None:
+    def queue_job(self, key: Key, urgent: bool = False) -> None:
+        """Queue the job's reconcile; ``urgent`` for a decision of the admission round (an
+        admission, a preemption) that should be written before routine looks."""
         if self.jobs is not None:
-            self.jobs.add(key)
+            self.jobs.add(key, urgent=urgent)
 
-    def queue_service(self, key: Key) -> None:
+    def queue_service(self, key: Key, urgent: bool = False) -> None:
+        """Queue the service's reconcile; ``urgent`` as for :meth:`queue_job`."""
         if self.services is not None:
-            self.services.add(key)
+            self.services.add(key, urgent=urgent)
 
     def event(self, kind: str, rec: Record, type_: str, reason: str, message: str, now: float | None = None) -> None:
         """Post an Event about one of our objects (in the background)."""
