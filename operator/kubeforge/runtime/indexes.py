@@ -159,12 +159,22 @@ async def kf_deployments(namespace: str, labels: Any, body: Any, **_: Any) -> di
 async def kf_claims(namespace: str, name: str, spec: Any, status: Any, labels: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> (phase, storageClassName) of every PersistentVolumeClaim (a job's
     checkpoint claim must exist before it holds GPUs, and be bound before its pods exist
-    when its class binds immediately)."""
-    phase = (status or {}).get("phase") or "Pending"
-    if labels.get(JOB_NAME):
-        memo.rt.queue_job((namespace, labels[JOB_NAME]))
-    memo.rt.wake_admission()
-    return {(namespace, name): (phase, (spec or {}).get("storageClassName") or "")}
+    when its class binds immediately).
+
+    Wakes only what the change can matter to: the admission round reads whether a claim
+    exists (``existingClaimName``), so it runs again only when a claim appears; the job of a
+    claim with kubeforge's job label is queued when the claim's phase or class changed. A
+    dynamically provisioned claim has four or five events on its way to Bound (the PV
+    controller's annotation, the provisioner's volume, the bind, the status), and a round per
+    event was most of the operator's CPU in the training bench (441 rounds for 199 claims)."""
+    rt = memo.rt
+    value = (((status or {}).get("phase") or "Pending"), (spec or {}).get("storageClassName") or "")
+    old = rt.cache.claim((namespace, name))
+    if old is None:
+        rt.wake_admission()
+    if old != value and labels.get(JOB_NAME):
+        rt.queue_job((namespace, labels[JOB_NAME]))
+    return {(namespace, name): value}
 
 
 @kopf.index("storage.k8s.io", "v1", "storageclasses")

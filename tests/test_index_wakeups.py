@@ -1,0 +1,47 @@
+"""What the index handlers wake: only what a change can matter to (kubeforge.runtime.indexes).
+
+Driven through the fake API server (tests/fakekube.py), which feeds the real handlers on every
+write into stores shaped like kopf's, so the Cache reads what it reads in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fakekube import small_cluster
+from records import NS
+
+JOB = "train"
+
+
+def _claim(phase: str | None, annotations: dict | None = None, volume: str | None = None) -> dict:
+    body = {"metadata": {"name": f"{JOB}-checkpoint", "namespace": NS, "labels": {"kubeforge.io/job-name": JOB},
+                         "annotations": annotations or {}},
+            "spec": {"storageClassName": "standard", **({"volumeName": volume} if volume else {})},
+            "status": {"phase": phase} if phase else {}}
+    return body
+
+
+def test_a_claim_wakes_admission_when_it_appears_and_its_job_only_when_its_phase_or_class_changes():
+    async def scenario():
+        kube = await small_cluster()
+        rt = kube.new_runtime()
+        seen = []
+
+        async def step(body, new=False):
+            rt.admission_wake.clear()
+            rt.jobs.take()
+            await kube.put("PersistentVolumeClaim", body, new=new)
+            seen.append((rt.admission_wake.is_set(), rt.jobs.take()))
+
+        # created: admission reads whether a claim exists (existingClaimName), the job its phase
+        await step(_claim(None), new=True)
+        # the PV controller's annotation, then the bind: nothing either reads
+        await step(_claim("Pending", {"volume.kubernetes.io/storage-provisioner": "sim"}))
+        await step(_claim("Pending", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
+        # Bound: the job lifts its volume gate
+        await step(_claim("Bound", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
+        return seen
+
+    job = (NS, JOB)
+    assert asyncio.run(scenario()) == [(True, [job]), (False, []), (False, []), (False, [job])]
