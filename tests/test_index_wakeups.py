@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+import copy
+
 from fakekube import small_cluster
-from records import NS
+from kubeforge.runtime import indexes as ix
+from records import NS, job_body
 
 JOB = "train"
 
@@ -32,16 +35,38 @@ def test_a_claim_wakes_admission_when_it_appears_and_its_job_only_when_its_phase
             rt.admission_wake.clear()
             rt.jobs.take()
             await kube.put("PersistentVolumeClaim", body, new=new)
-            seen.append((rt.admission_wake.is_set(), rt.jobs.take()))
+            seen.append((rt.admission_wake.is_set(), sorted(rt.jobs.urgent), rt.jobs.take()))
 
         # created: admission reads whether a claim exists (existingClaimName), the job its phase
         await step(_claim(None), new=True)
         # the PV controller's annotation, then the bind: nothing either reads
         await step(_claim("Pending", {"volume.kubernetes.io/storage-provisioner": "sim"}))
         await step(_claim("Pending", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
-        # Bound: the job lifts its volume gate
+        # Bound: the job lifts its volume gate, in the urgent lane (its gated pods hold GPUs)
         await step(_claim("Bound", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
         return seen
 
     job = (NS, JOB)
-    assert asyncio.run(scenario()) == [(True, [job]), (False, []), (False, []), (False, [job])]
+    assert asyncio.run(scenario()) == [(True, [], [job]), (False, [], []), (False, [], []), (False, [job], [job])]
+
+
+def test_the_echo_of_our_own_status_write_queues_no_reconcile_and_any_other_version_does():
+    async def scenario():
+        kube = await small_cluster()
+        rt = kube.new_runtime()
+        body = await kube.client_create("TrainingJob", job_body("j"))
+        key = (NS, "j")
+        rt.jobs.take()
+        written = copy.deepcopy(body)
+        written["metadata"]["resourceVersion"] = "900"
+        written["status"] = {"phase": "Pending"}
+        rt.cache.remember(key, written)  # the answer to our status write
+        out = []
+        for rv in ("900", "901"):  # its echo, then someone else's change
+            b = copy.deepcopy(written)
+            b["metadata"]["resourceVersion"] = rv
+            await ix.kf_jobs(body=b, memo=type("M", (), {"rt": rt})())
+            out.append(rt.jobs.take())
+        return out
+
+    assert asyncio.run(scenario()) == [[], [(NS, "j")]]

@@ -254,6 +254,13 @@ class Cache:
             return  # two writes answered out of order: keep the newer one
         self._overlay[key] = _Overlay(time.monotonic(), rv, dict(written.get("status") or {}))
 
+    def own_write(self, key: Hashable, resource_version: str) -> bool:
+        """Whether ``resource_version`` is the version our last status write of ``key`` made
+        (the watch event that echoes it): the reconcile that wrote it decided on everything
+        that version holds, so the echo needs no reconcile of its own."""
+        entry = self._overlay.get(key)
+        return entry is not None and bool(resource_version) and entry.rv == resource_version
+
     def effective(self, key: Hashable, rec: Record) -> Record:
         """``rec`` with the status to act on: our own last write until the index has caught up
         with it (resourceVersions compared as integers, as the API server's watch cache does)."""
