@@ -70,3 +70,24 @@ def test_the_echo_of_our_own_status_write_queues_no_reconcile_and_any_other_vers
         return out
 
     assert asyncio.run(scenario()) == [[], [(NS, "j")]]
+
+
+def test_a_pod_event_that_changes_nothing_the_record_keeps_queues_no_reconcile():
+    async def scenario():
+        kube = await small_cluster()
+        rt = kube.new_runtime()
+        pod = {"metadata": {"name": "j-0", "namespace": NS, "labels": {"kubeforge.io/job-name": "j"}},
+               "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Pending"}}
+        out = []
+        await kube.put("Pod", pod, new=True)
+        out.append(rt.jobs.take())
+        pod["metadata"]["managedFields"] = [{"manager": "kubectl"}]  # nothing kubeforge reads
+        await kube.put("Pod", pod)
+        out.append(rt.jobs.take())
+        pod["status"]["phase"] = "Running"
+        await kube.put("Pod", pod)
+        out.append(rt.jobs.take())
+        return out
+
+    job = (NS, "j")
+    assert asyncio.run(scenario()) == [[job], [], [job]]

@@ -89,17 +89,26 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
         key = (pod.namespace, pod.job)
         out[("job",) + key] = pod
         rt.cache.created_observed(key, pod.name)
-        rt.queue_job(key)
+        if _changed(pod, rt.cache.job_pods(key)):
+            rt.queue_job(key)
         if _frees_gpus(pod):
             rt.wake_admission()
     if pod.service is not None:
         key = (pod.namespace, pod.service)
         out[("svc",) + key] = pod
         rt.cache.created_observed(key, pod.name)
-        rt.queue_service(key)
+        if _changed(pod, rt.cache.service_pods(key)):
+            rt.queue_service(key)
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):
             rt.wake_admission()  # a replica waits for a node, or one gives its GPUs back
     return out
+
+
+def _changed(pod: Pod, known: list[Pod]) -> bool:
+    """Whether ``pod``'s record differs from the one its owner's index holds (a new pod
+    included): an event that changes nothing the record keeps (managed fields, a kubelet's
+    heartbeat of a condition's probe time) changes no decision, so it queues no reconcile."""
+    return next((p for p in known if p.name == pod.name), None) != pod
 
 
 def kf_pods_gone(entries: Any, memo: Any) -> None:
