@@ -1,7 +1,10 @@
-"""What the index handlers wake: only what a change can matter to (kubeforge.runtime.indexes).
+"""What wakes the loops: the index handlers wake only what a change can matter to
+(kubeforge.runtime.indexes), and the admission loop's safety net slows down when nothing waits
+(kubeforge.runtime.admission.round_interval).
 
-Driven through the fake API server (tests/fakekube.py), which feeds the real handlers on every
-write into stores shaped like kopf's, so the Cache reads what it reads in production.
+The handlers are driven through the fake API server (tests/fakekube.py), which feeds the real
+handlers on every write into stores shaped like kopf's, so the Cache reads what it reads in
+production.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import asyncio
 import copy
 
 from fakekube import small_cluster
+from kubeforge.admission import AdmissionPlan, Wait
+from kubeforge.objects import WAITING_FOR_CAPACITY
 from kubeforge.runtime import indexes as ix
+from kubeforge.runtime.admission import IDLE_INTERVAL, ROUND_INTERVAL, round_interval
 from records import NS, job_body
 
 JOB = "train"
@@ -91,3 +97,11 @@ def test_a_pod_event_that_changes_nothing_the_record_keeps_queues_no_reconcile()
 
     job = (NS, "j")
     assert asyncio.run(scenario()) == [[job], [], [job]]
+
+
+def test_the_safety_net_round_slows_down_only_after_a_round_that_decided_nothing_and_left_nothing_waiting():
+    waiting = AdmissionPlan(wait=[Wait((NS, "j"), WAITING_FOR_CAPACITY, "no room")])
+    assert round_interval(None) == ROUND_INTERVAL  # no round yet, or the last one failed
+    assert round_interval(waiting) == ROUND_INTERVAL
+    assert round_interval(AdmissionPlan(serving_waits={(NS, "s"): (WAITING_FOR_CAPACITY, "no room")})) == ROUND_INTERVAL
+    assert round_interval(AdmissionPlan()) == IDLE_INTERVAL > ROUND_INTERVAL
