@@ -598,6 +598,8 @@ def test_running_job_folds_gpu_hours_at_most_every_ten_minutes(running_for, fold
                   runningSince=rfc3339(NOW - running_for), gpuHours=1.0, cost=2.0)
     p = plan(job(2, gpus=8, status=st), pods(2), nodes(2), pool_prices={SPOT: 2.0})
     new = p.status or {}
+    # the next fold asks for its own reconcile: it does not wait for the resync
+    assert p.requeue_after == pytest.approx(600 if folded else 600 - running_for)
     if not folded:
         assert "gpuHours" not in new and "runningSince" not in new
     else:

@@ -102,6 +102,9 @@ def test_waiting_message_refresh_is_limited(old, waiting, last_write_ago, writte
     else:
         assert adm is None
     assert (("Warning", waiting[0], waiting[1]) in p.events) == event
+    # a newer message held back by the limit asks for the reconcile that writes it
+    held = not written and old is not None and waiting[1] != waiting_status()["conditions"][0]["message"]
+    assert p.requeue_after == (pytest.approx(WAIT_MESSAGE_REFRESH_SECONDS - last_write_ago) if held else None)
     # Ready says NotAdmitted when the reason changes, not on every refresh
     assert (cond(p.status, "Ready") or {}).get("reason") == ("NotAdmitted" if event else None)
     assert p.create_ranks == [] and not p.release

@@ -32,11 +32,21 @@ def fold_running(d: StatusDraft, ctx: TrainingContext, *, end: bool) -> None:
         d.set(cost=round(float(d.get("cost") or 0.0) + hours * price, 4))
 
 
-def maybe_fold(d: StatusDraft, ctx: TrainingContext) -> None:
-    """Fold a long running segment into the totals, at most every GPU_HOURS_FOLD_SECONDS."""
+def maybe_fold(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> None:
+    """Fold a long running segment into the totals, at most every GPU_HOURS_FOLD_SECONDS, and
+    ask for the reconcile that folds the next one (no resync is relied on)."""
+    if "runningSince" in d.patch:  # this very write starts (or ends) a segment
+        if d.patch["runningSince"]:
+            plan.requeue(GPU_HOURS_FOLD_SECONDS)
+        return
     since = d.time("runningSince")
-    if since is not None and "runningSince" not in d.patch and ctx.now - since >= GPU_HOURS_FOLD_SECONDS:
+    if since is None:
+        return
+    if ctx.now - since >= GPU_HOURS_FOLD_SECONDS:
         fold_running(d, ctx, end=False)
+        plan.requeue(GPU_HOURS_FOLD_SECONDS)
+    else:
+        plan.requeue(since + GPU_HOURS_FOLD_SECONDS - ctx.now)
 
 
 def checkpoint_from(pods: Sequence[Pod]) -> dict[str, Any] | None:

@@ -50,4 +50,6 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
             if not same:
                 d.condition(READY, False, NOT_ADMITTED, "waiting for admission")
                 plan.events.append((NORMAL if reason == PREEMPTING else WARNING, reason, message))
+        elif not fresh:  # a newer message, held back by the refresh limit: written once it allows
+            plan.requeue(ctx.last_wait_write + WAIT_MESSAGE_REFRESH_SECONDS - ctx.now)
     return True

@@ -43,7 +43,7 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
         if pre and pre.get("status") == "True":
             d.condition(PREEMPTED, False, RECOVERED, f"gang running again after: {pre.get('message', '')}")
         plan.events.append((NORMAL, RUNNING, f"all {replicas} workers running in {where}"))
-    maybe_fold(d, ctx)
+    maybe_fold(d, ctx, plan)
     if d.patch:
         counts = {
             "active": sum(1 for p in current if p.phase in ("Pending", "Running")),

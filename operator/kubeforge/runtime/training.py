@@ -34,8 +34,13 @@ from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, 
 from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.training")
-RESYNC_SECONDS = 60.0
-"""Level-based safety net: every job is looked at again at least this often."""
+RESYNC_SECONDS = 300.0
+"""Level-based safety net: every job is looked at again at least this often. Every decision
+that changes with time alone asks for its own reconcile (``TrainingPlan.requeue``: startup and
+scheduling timeouts, restart back-off, a disruption's grace, a wait message's refresh, the
+GPU-hours fold), so this only repairs a missed watch event. It was 60 s: in a burst of 800 jobs
+that was a reconcile per job per minute finding nothing to do (controller-runtime's
+``SyncPeriod`` default is 10 hours)."""
 KIND = "TrainingJob"
 LOGGED_NORMAL_REASONS = (RUNNING, SUCCEEDED, SUSPENDED, RESUMED, SPEC_CHANGED)
 """Normal Events also logged (every Warning is): the steps of a job's life worth a log line."""
