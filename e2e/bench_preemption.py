@@ -256,16 +256,17 @@ def main() -> int:
                 r = simulate(fresh(jobs), a.nodes, ckpt, a.step, a.hours * 3600, tag=f"s{seed}-")
             r["cpu"] = time.process_time() - started
             rows.append((seed, name, r))
-    print(f"{'case':<46} {'preempt':>8} {'GPU-h lost':>11} {'per preemption: mean':>21} {'p95':>7} {'max':>7} "
+    w = 46 if len(seeds) == 1 else 58
+    print(f"{'case':<{w}} {'preempt':>8} {'GPU-h lost':>11} {'per preemption: mean':>21} {'p95':>7} {'max':>7} "
           f"{'worst (intervals)':>18} {'finished':>9} {'util':>6} {'CPU s':>6}")
     for seed, name, r in rows:
         label = name if len(seeds) == 1 else f"seed {seed}: {name}"
-        print(f"{label:<46} {r['preemptions']:>8} {r['lost']:>11.1f} {r['mean']:>21.2f} {r['p95']:>7.2f} {r['max']:>7.2f} "
+        print(f"{label:<{w}} {r['preemptions']:>8} {r['lost']:>11.1f} {r['mean']:>21.2f} {r['p95']:>7.2f} {r['max']:>7.2f} "
               f"{r['worst_intervals']:>18.2f} {r['finished']:>9} {r['util']:>6.1%} {r['cpu']:>6.1f}")
     if len(seeds) > 1:
         for name, _ in cases:
             mine = [r for _, n, r in rows if n == name]
-            print(f"{'all seeds: ' + name:<46} {sum(r['preemptions'] for r in mine):>8} {sum(r['lost'] for r in mine):>11.1f}"
+            print(f"{'all seeds: ' + name:<{w}} {sum(r['preemptions'] for r in mine):>8} {sum(r['lost'] for r in mine):>11.1f}"
                   f"   (sums over {len(seeds)} seeds; finished {sum(r['finished'] for r in mine)})")
     print("GPU-hours lost: work since each victim's last checkpoint x its GPUs (its SIGTERM checkpoint not counted);"
           " worst (intervals): the largest loss of one victim / (checkpoint interval x its GPUs), target <= 1.")
