@@ -14,7 +14,7 @@ import pytest
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import PlacementRecord, Record
 from kubeforge.runtime import cache as cache_mod
-from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, SERVICE_RECHECK, Cache
+from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, SERVICE_RECHECK, Cache, service_key
 
 KEY = ("ns", "job")
 OTHER = ("ns", "other")
@@ -259,7 +259,7 @@ def test_expecting_a_name_again_renews_it(clock):
 # --------------------------------------------------------------------------- forget
 
 
-def test_forget_drops_everything_about_one_object_only():
+def test_forget_drops_everything_about_one_job_only_and_forget_service_the_service_of_that_name():
     c = Cache()
     c.hand_waits({k: ("InsufficientGPUs", "short") for k in (KEY, OTHER)})
     for key in (KEY, OTHER):
@@ -279,9 +279,13 @@ def test_forget_drops_everything_about_one_object_only():
                 bool(c.pending_deletes(key)), c.create_error(key) is not None, c.wait_of(key) is not None,
                 c.last_wait_write(key) > 0, c.stop_request(key) is not None, c.known_service_memory(key) is not None)
 
-    assert held(KEY) == (False,) * 9
+    # the job's books are gone; an InferenceService of the same name keeps its own
+    assert held(KEY) == (False,) * 8 + (True,)
     assert held(OTHER) == (True, False, True, True, True, True, True, True, True)
+    c.forget_service(KEY)
+    assert held(KEY) == (False,) * 9
     c.forget(("ns", "never-seen"))  # harmless
+    c.forget_service(("ns", "never-seen"))
 
 
 def test_without_indexes_the_cache_reads_nothing():
@@ -300,3 +304,20 @@ def test_the_workers_service_is_taken_as_present_for_a_while_then_checked_again(
     assert c.workers_service_made("ns") and not c.workers_service_made("other")
     clock.t += 2
     assert not c.workers_service_made("ns")
+
+
+def test_a_job_and_a_service_of_the_same_name_never_share_an_entry():
+    """The books both kinds use are keyed apart (service_key): a service's status write is not
+    the job's, its expectations and held Events are its own, and forgetting one leaves the other."""
+    c = Cache()
+    c.remember(KEY, obj(5, phase="Running"))
+    c.remember(service_key(KEY), obj(9, replicas=1))
+    c.expect_created(KEY, ["job-pod"])
+    c.expect_created(service_key(KEY), ["svc-pod"])
+    c.hold_events(service_key(KEY), [("Normal", "ScaledUp", "1 replica")], 1.0)
+    job_seen = Record(KEY[0], KEY[1], "u", 1, "5", 0.0, False, None, None, {"phase": "Running"})
+    assert c.effective(KEY, job_seen) is job_seen  # the service's newer write is not the job's status
+    assert c.pending_creates(KEY) == {"job-pod"} and c.pending_creates(service_key(KEY)) == {"svc-pod"}
+    assert c.take_events(KEY) == []
+    c.forget_service(KEY)
+    assert c.pending_creates(KEY) == {"job-pod"} and c.pending_creates(service_key(KEY)) == set()

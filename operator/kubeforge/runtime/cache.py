@@ -67,6 +67,16 @@ class _Overlay:
     status: dict[str, Any]
 
 
+def service_key(key: Key) -> tuple[str, str, str]:
+    """The key of an InferenceService in the books that TrainingJobs use too (our own last
+    status write, a status write in flight, expected creates and deletes, held Events):
+    ``("InferenceService", namespace, name)``. A job's entries there are keyed by
+    ``(namespace, name)``, so a TrainingJob and an InferenceService of the same name in one
+    namespace never read each other's: once they did, and the service's status write made the
+    job look unplaced to the next admission round, which placed it a second time."""
+    return ("InferenceService", key[0], key[1])
+
+
 @dataclass
 class Cache:
     """Everything the loops share; one instance per operator process.
@@ -511,11 +521,20 @@ class Cache:
         return True
 
     def forget(self, key: Key) -> None:
-        """Drop everything held about one object (it was deleted)."""
+        """Drop everything held about one TrainingJob (it was deleted)."""
         for book in (self._overlay, self._assumed, self._created, self._deleted, self._create_errors,
-                     self._waiting, self._last_wait_write, self._serving, self._nominations, self._stop_requests,
-                     self._views, self._serving_waits, self._held_events):
+                     self._waiting, self._last_wait_write, self._nominations, self._stop_requests,
+                     self._views, self._held_events):
             book.pop(key, None)  # type: ignore[attr-defined]
+
+    def forget_service(self, key: Key) -> None:
+        """Drop everything held about one InferenceService (it was deleted): its own books under
+        ``key``, the shared ones under :func:`service_key`."""
+        for book in (self._serving, self._serving_waits):
+            book.pop(key, None)  # type: ignore[attr-defined]
+        sk = service_key(key)
+        for book in (self._overlay, self._created, self._deleted, self._held_events):
+            book.pop(sk, None)  # type: ignore[attr-defined]
         for gk in [k for k in self._assumed_groups if k[0] == key]:
             del self._assumed_groups[gk]
 
@@ -545,7 +564,7 @@ class Cache:
         for (k, index), (g, at) in list(self._assumed_groups.items()):
             if k != key:
                 continue
-            if key not in self._writing and now - at > ASSUME_TTL:
+            if service_key(key) not in self._writing and now - at > ASSUME_TTL:
                 del self._assumed_groups[(k, index)]
                 continue
             out[index] = g
@@ -560,7 +579,8 @@ class Cache:
         """Everything an admission round reads, from the indexes and this process's memory."""
         pods: list[Pod] = list(self._pods_of("node"))
         now = time.monotonic()
-        for gk in [k for k, (_, at) in self._assumed_groups.items() if k[0] not in self._writing and now - at > ASSUME_TTL]:
+        for gk in [k for k, (_, at) in self._assumed_groups.items()
+                   if service_key(k[0]) not in self._writing and now - at > ASSUME_TTL]:
             del self._assumed_groups[gk]
         jobs = {rec.key: self.job_view(rec) for rec in self.jobs()}
         self._views = dict(jobs)  # drop the views of jobs that are gone
@@ -569,7 +589,7 @@ class Cache:
             nodes={k: v for k, v in self._all("kf_nodes")},  # type: ignore[misc]
             pods=pods,
             jobs=jobs,
-            services={k: self.effective(k, v) for k, v in self._all("kf_services")},  # type: ignore[misc]
+            services={k: self.effective(service_key(k), v) for k, v in self._all("kf_services")},  # type: ignore[misc,arg-type]
             storage_classes=frozenset(k for k, _ in self._all("kf_storage_classes")),  # type: ignore[misc]
             nominations={k: (pool, by_node) for k, (pool, by_node, at) in self._nominations.items()
                          if time.monotonic() - at < NOMINATION_TTL},

@@ -31,6 +31,7 @@ from kubeforge.objects import (
     compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
     slice_from_k8s,
 )
+from kubeforge.runtime.cache import service_key
 
 def _frees_gpus(pod: Pod) -> bool:
     return pod.terminal or pod.deleting
@@ -96,7 +97,7 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     if pod.service is not None:
         key = (pod.namespace, pod.service)
         out[("svc",) + key] = pod
-        rt.cache.created_observed(key, pod.name)
+        rt.cache.created_observed(service_key(key), pod.name)
         if _changed(pod, rt.cache.service_pods(key)):
             rt.queue_service(key)
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):

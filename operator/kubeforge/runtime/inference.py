@@ -47,6 +47,7 @@ from kubeforge.objects import (
     INVALID_SPEC, NORMAL, POOL_NOT_FOUND, READY, SCALED, WARNING, InferenceServiceRecord, Key, condition, groups_of,
     refusal_reason,
 )
+from kubeforge.runtime.cache import service_key
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 from kubeforge.runtime.training import gather_bounded
@@ -83,9 +84,9 @@ def query_for(rec: InferenceServiceRecord) -> str:
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
     patch = {**patch, "observedGeneration": rec.generation}
-    with rt.cache.status_write(rec.key):  # admitted groups must not expire while their write is in flight
+    with rt.cache.status_write(service_key(rec.key)):  # admitted groups must not expire while their write is in flight
         written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
-    rt.cache.remember(rec.key, written)
+    rt.cache.remember(service_key(rec.key), written)
 
 
 async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, message: str, now: float) -> None:
@@ -115,7 +116,7 @@ async def _being_deleted(rt: Runtime, key: Key) -> bool:
     deletions by the garbage collector can arrive before the service's own event (another
     watch): read it once, only when a pod of it is being deleted by someone else, so that its
     deletion is never taken for lost replicas (a Warning and a recreation per group)."""
-    mine = rt.cache.pending_deletes(key)
+    mine = rt.cache.pending_deletes(service_key(key))
     if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
         return False
     body = await rt.client.get(KIND, key[0], key[1])
@@ -221,7 +222,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     cache = rt.cache
     rec = cache.service(key)
     if rec is None or rec.deleting:
-        cache.forget(key)
+        cache.forget_service(key)
         rt.services.forget(key)
         rt.wake_admission()
         return None
@@ -229,7 +230,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return None  # the namespace controller deletes everything: nothing is created or counted
     if await _being_deleted(rt, key):
         return None
-    rec = cache.effective(key, rec)
+    rec = cache.effective(service_key(key), rec)
     now = time.time()
     mem = cache.service_memory(key, ServiceMemory)
     spec = rec.spec
@@ -272,17 +273,17 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     plan = plan_serving(rec, ctx)
     patch = _status_patch(rec, plan, d, q, mem, now, current)
     scaled = [(NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}")] if d.desired != current else []
-    cache.hold_events(key, scaled + _condition_events(rec, patch) + plan.events, now)
+    cache.hold_events(service_key(key), scaled + _condition_events(rec, patch) + plan.events, now)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
         except ApiError as e:
             if e.transient:
                 raise  # it may be on record all the same: the held Events wait for the next reconcile
-            cache.drop_events(key)
+            cache.drop_events(service_key(key))
             log.error("inferenceservice %s/%s: status write refused: %s", key[0], key[1], e)
             return 30.0
-    for type_, reason, message, at in cache.take_events(key):  # before the pods: a failed create must not lose them
+    for type_, reason, message, at in cache.take_events(service_key(key)):  # before the pods: a failed create must not lose them
         rt.event(KIND, rec, type_, reason, message, at)
     cache.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
@@ -342,10 +343,10 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     ns, name = rec.key
     cache = rt.cache
     if plan.delete:
-        cache.expect_deleted(rec.key, plan.delete)  # ours: never taken for lost replicas
+        cache.expect_deleted(service_key(rec.key), plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
-    made = cache.pending_creates(rec.key)
+    made = cache.pending_creates(service_key(rec.key))
     for g, worker in plan.create:
         view = cache.view(g.pool)
         shape = group_shape(rec, view) if view is not None else None
@@ -357,11 +358,11 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
         if body["metadata"]["name"] not in made:
             bodies.append(body)
     if bodies:
-        cache.expect_created(rec.key, [b["metadata"]["name"] for b in bodies])
+        cache.expect_created(service_key(rec.key), [b["metadata"]["name"] for b in bodies])
         results = await gather_bounded([rt.client.create("Pod", ns, b) for b in bodies])
         for b, r in zip(bodies, results):
             if isinstance(r, BaseException):
-                cache.created_observed(rec.key, b["metadata"]["name"])
+                cache.created_observed(service_key(rec.key), b["metadata"]["name"])
                 if isinstance(r, ApiError) and not r.transient:
                     msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
                     await _not_ready(rt, rec, refusal_reason(r.code), msg, ctx.now)
