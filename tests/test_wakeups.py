@@ -101,7 +101,24 @@ def test_a_pod_event_that_changes_nothing_the_record_keeps_queues_no_reconcile()
 
 def test_the_safety_net_round_slows_down_only_after_a_round_that_decided_nothing_and_left_nothing_waiting():
     waiting = AdmissionPlan(wait=[Wait((NS, "j"), WAITING_FOR_CAPACITY, "no room")])
-    assert round_interval(None) == ROUND_INTERVAL  # no round yet, or the last one failed
-    assert round_interval(waiting) == ROUND_INTERVAL
-    assert round_interval(AdmissionPlan(serving_waits={(NS, "s"): (WAITING_FOR_CAPACITY, "no room")})) == ROUND_INTERVAL
-    assert round_interval(AdmissionPlan()) == IDLE_INTERVAL > ROUND_INTERVAL
+    now = 1000.0
+    assert round_interval(None, now) == ROUND_INTERVAL  # no round yet, or the last one failed
+    assert round_interval(waiting, now) == ROUND_INTERVAL
+    assert round_interval(AdmissionPlan(serving_waits={(NS, "s"): (WAITING_FOR_CAPACITY, "no room")}), now) == ROUND_INTERVAL
+    assert round_interval(AdmissionPlan(), now) == IDLE_INTERVAL > ROUND_INTERVAL
+    # a job's restart back-off ends in 4 s: nothing but the time wakes a round for it
+    assert round_interval(AdmissionPlan(backoff_ends=now + 4), now) == 4
+    assert round_interval(AdmissionPlan(backoff_ends=now + 60), now) == IDLE_INTERVAL
+
+
+def test_a_round_reports_when_the_first_restart_back_off_ends():
+    from kubeforge.admission import plan_admission
+    from records import NOW, iso, mk_node, mk_pool, snapshot, view, mk_job
+
+    backoff = view(mk_job("b", status={"phase": "Restarting", "restartNotBefore": iso(NOW + 30)}))
+    later = view(mk_job("c", status={"phase": "Restarting", "restartNotBefore": iso(NOW + 90)}))
+    snap = snapshot(pools=[mk_pool("p")], nodes=[mk_node("n0")], jobs=[backoff, later])
+    plan = plan_admission(snap, NOW)
+    assert plan.wait == [] and plan.admit == [] and plan.backoff_ends == NOW + 30
+    after = plan_admission(snap, NOW + 31)  # "b" is admitted now; "c" is still backing off
+    assert [a.key for a in after.admit] == [backoff.key] and after.backoff_ends == NOW + 90

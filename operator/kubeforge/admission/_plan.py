@@ -47,6 +47,9 @@ class AdmissionPlan:
         ledgers: The ledgers after the round (every admission counted), by resource.
         views: The pool views the round placed against (before its own admissions).
         quotas: Each pool's ``status.quotas`` after the round.
+        backoff_ends: The earliest ``restartNotBefore`` (unix seconds) of a job that waits out
+            its restart back-off and would wait for admission once it ends, or None: nothing
+            wakes a round then but the time, so the loop runs one no later.
     """
 
     admit: list[Admit] = field(default_factory=list)
@@ -56,6 +59,7 @@ class AdmissionPlan:
     serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
+    backoff_ends: float | None = None
 
 
 @dataclass
@@ -200,7 +204,12 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     by_key: dict[str, JobView] = {}
     queue = []
     for job in snapshot.jobs.values():
-        if awaiting_admission(job, now) and job.record.namespace not in snapshot.terminating:
+        if not awaiting_admission(job, now):
+            ends = status_time(job.status, "restartNotBefore")
+            if ends is not None and ends > now and awaiting_admission(job, ends):
+                plan.backoff_ends = ends if plan.backoff_ends is None else min(plan.backoff_ends, ends)
+            continue
+        if job.record.namespace not in snapshot.terminating:
             k = f"{job.key[0]}/{job.key[1]}"
             try:
                 request = gang_request(job.record)

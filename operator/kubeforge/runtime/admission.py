@@ -31,8 +31,8 @@ wake-ups the watches cannot give, and the decisions that change with time alone:
 fallback's ``fallbackAfterSeconds``, a victim's ``minRuntimeSeconds``)."""
 IDLE_INTERVAL = 10.0
 """Seconds: the safety net's period once the last round left nothing waiting (no gang, no
-serving group, no preemption in flight) and decided nothing. Every change that can give a
-round something to do wakes it at once (a job or replica that waits, GPUs freed, a node or pool
+serving group, no preemption in flight) and decided nothing (shorter when a job's restart
+back-off ends sooner). Every change that can give a round something to do wakes it at once (a job or replica that waits, GPUs freed, a node or pool
 changed); an idle round at 1,024 nodes took 183 ms, and one a second was most of the operator's
 CPU in the admission burst once every gang was placed."""
 DEBOUNCE = 0.05
@@ -46,7 +46,7 @@ async def admission_loop(rt: Runtime) -> None:
     plan: AdmissionPlan | None = None
     while True:
         try:
-            await asyncio.wait_for(rt.admission_wake.wait(), timeout=round_interval(plan))
+            await asyncio.wait_for(rt.admission_wake.wait(), timeout=round_interval(plan, time.time()))
             await asyncio.sleep(DEBOUNCE)
         except asyncio.TimeoutError:
             pass
@@ -74,13 +74,16 @@ async def admission_loop(rt: Runtime) -> None:
         await asyncio.sleep(min(1.0, took))
 
 
-def round_interval(last: AdmissionPlan | None) -> float:
+def round_interval(last: AdmissionPlan | None, now: float) -> float:
     """Seconds the loop waits for a wake-up before it runs a round anyway, after the round that
-    decided ``last`` (None: no round yet, or it failed): :data:`ROUND_INTERVAL`, or
-    :data:`IDLE_INTERVAL` when that round admitted, preempted and placed nothing and left
-    nothing waiting."""
+    decided ``last`` (None: no round yet, or it failed), at unix time ``now``:
+    :data:`ROUND_INTERVAL`, or when that round admitted, preempted and placed nothing and left
+    nothing waiting, :data:`IDLE_INTERVAL`, but no later than the end of a job's restart
+    back-off (``last.backoff_ends``), which nothing else wakes a round for."""
     if last is None or last.admit or last.wait or last.preempt or last.groups or last.serving_waits:
         return ROUND_INTERVAL
+    if last.backoff_ends is not None:
+        return min(IDLE_INTERVAL, max(ROUND_INTERVAL, last.backoff_ends - now))
     return IDLE_INTERVAL
 
 
