@@ -84,9 +84,10 @@ def query_for(rec: InferenceServiceRecord) -> str:
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
     patch = {**patch, "observedGeneration": rec.generation}
-    with rt.cache.status_write(service_key(rec.key)):  # admitted groups must not expire while their write is in flight
+    books = service_key(rec.key)
+    with rt.cache.status_write(books):  # admitted groups must not expire while their write is in flight
         written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
-    rt.cache.remember(service_key(rec.key), written)
+    rt.cache.remember(books, written)
 
 
 async def _not_ready(rt: Runtime, rec: InferenceServiceRecord, reason: str, message: str, now: float) -> None:
@@ -230,7 +231,8 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return None  # the namespace controller deletes everything: nothing is created or counted
     if await _being_deleted(rt, key):
         return None
-    rec = cache.effective(service_key(key), rec)
+    books = service_key(key)  # its entries in the books TrainingJobs use too
+    rec = cache.effective(books, rec)
     now = time.time()
     mem = cache.service_memory(key, ServiceMemory)
     spec = rec.spec
@@ -273,17 +275,17 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     plan = plan_serving(rec, ctx)
     patch = _status_patch(rec, plan, d, q, mem, now, current)
     scaled = [(NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}")] if d.desired != current else []
-    cache.hold_events(service_key(key), scaled + _condition_events(rec, patch) + plan.events, now)
+    cache.hold_events(books, scaled + _condition_events(rec, patch) + plan.events, now)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
         except ApiError as e:
             if e.transient:
                 raise  # it may be on record all the same: the held Events wait for the next reconcile
-            cache.drop_events(service_key(key))
+            cache.drop_events(books)
             log.error("inferenceservice %s/%s: status write refused: %s", key[0], key[1], e)
             return 30.0
-    for type_, reason, message, at in cache.take_events(service_key(key)):  # before the pods: a failed create must not lose them
+    for type_, reason, message, at in cache.take_events(books):  # before the pods: a failed create must not lose them
         rt.event(KIND, rec, type_, reason, message, at)
     cache.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
@@ -342,11 +344,12 @@ def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q
 async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ctx: ServingContext) -> None:
     ns, name = rec.key
     cache = rt.cache
+    books = service_key(rec.key)
     if plan.delete:
-        cache.expect_deleted(service_key(rec.key), plan.delete)  # ours: never taken for lost replicas
+        cache.expect_deleted(books, plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
-    made = cache.pending_creates(service_key(rec.key))
+    made = cache.pending_creates(books)
     for g, worker in plan.create:
         view = cache.view(g.pool)
         shape = group_shape(rec, view) if view is not None else None
@@ -358,11 +361,11 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
         if body["metadata"]["name"] not in made:
             bodies.append(body)
     if bodies:
-        cache.expect_created(service_key(rec.key), [b["metadata"]["name"] for b in bodies])
+        cache.expect_created(books, [b["metadata"]["name"] for b in bodies])
         results = await gather_bounded([rt.client.create("Pod", ns, b) for b in bodies])
         for b, r in zip(bodies, results):
             if isinstance(r, BaseException):
-                cache.created_observed(service_key(rec.key), b["metadata"]["name"])
+                cache.created_observed(books, b["metadata"]["name"])
                 if isinstance(r, ApiError) and not r.transient:
                     msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
                     await _not_ready(rt, rec, refusal_reason(r.code), msg, ctx.now)
