@@ -83,6 +83,11 @@ class FakeQueue:
         self.keys.discard(key)
         self.urgent.discard(key)
 
+    @property
+    def urgent_backlog(self) -> int:
+        """Keys waiting in the urgent lane (not yet taken), as WorkQueue.urgent_backlog."""
+        return len(self.urgent)
+
     def take(self) -> list:
         """The queued keys, the urgent lane's first (as the real queue takes them), each lane sorted."""
         out = sorted(self.urgent) + sorted(self.keys - self.urgent)

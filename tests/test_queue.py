@@ -95,7 +95,7 @@ def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_
         seen, gate = [], asyncio.Event()
 
         async def handler(key):
-            seen.append(key)
+            seen.append((key, q.urgent_backlog))
             return None
 
         q = WorkQueue(handler, workers=1, name="t", gate=gate)
@@ -105,14 +105,15 @@ def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_
         q.add("d", urgent=True)
         q.add("b", urgent=True)  # queued normally: moves up, and runs once
         q.add("d")  # already urgent: stays so
-        assert len(q) == 4
+        assert (len(q), q.urgent_backlog) == (4, 2)
         gate.set()
         await _until(lambda: len(seen) == 4)
         await asyncio.sleep(0.05)  # no second run of "b" from its old place in the normal lane
         await q.stop()
         return seen
 
-    assert asyncio.run(scenario()) == ["d", "b", "a", "c"]
+    # each handler sees the urgent keys still waiting behind it
+    assert asyncio.run(scenario()) == [("d", 1), ("b", 0), ("a", 0), ("c", 0)]
 
 
 def test_an_urgent_add_while_the_key_runs_reruns_it_ahead_of_the_normal_lane():
@@ -137,3 +138,4 @@ def test_an_urgent_add_while_the_key_runs_reruns_it_ahead_of_the_normal_lane():
         return seen
 
     assert asyncio.run(scenario()) == ["a", "a", "z"]
+

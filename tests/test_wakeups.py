@@ -122,3 +122,49 @@ def test_a_round_reports_when_the_first_restart_back_off_ends():
     assert plan.wait == [] and plan.admit == [] and plan.backoff_ends == NOW + 30
     after = plan_admission(snap, NOW + 31)  # "b" is admitted now; "c" is still backing off
     assert [a.key for a in after.admit] == [backoff.key] and after.backoff_ends == NOW + 90
+
+
+def test_an_admission_round_writes_every_admitted_status_before_any_gang_creates_its_pods():
+    """A reconcile that writes an admission while other admissions wait in the urgent lane
+    leaves its pods to a second pass at the back of that lane
+    (kubeforge.runtime.training._admissions_first): a burst's gangs are all Admitted after one
+    API round trip each. With nothing else waiting, the same reconcile creates the pods."""
+    from kubeforge.runtime.admission import admission_round
+    from kubeforge.runtime.training import reconcile_job
+
+    def pods(kube):
+        return sorted(p["metadata"]["name"] for p in kube.items("Pod"))
+
+    def admitted(kube, name):
+        conds = kube.get("TrainingJob", NS, name)["status"].get("conditions") or []
+        return any(c["type"] == "Admitted" and c["status"] == "True" for c in conds)
+
+    async def scenario():
+        kube = await small_cluster(nodes=3)
+        rt = kube.new_runtime()
+        for name in ("a", "b", "c"):
+            await kube.client_create("TrainingJob", job_body(name, replicas=1, gpus=8))
+        rt.jobs.take()
+        plan = await admission_round(rt, kube.now)
+        assert sorted(k[1] for k in rt.jobs.urgent) == ["a", "b", "c"]
+        steps = []
+        # the workers take a, then b: each finds the rest of the round waiting behind it
+        for name in ("a", "b"):
+            rt.jobs.urgent.discard((NS, name))
+            rt.jobs.keys.discard((NS, name))
+            await reconcile_job(rt, (NS, name))
+            steps.append((name, admitted(kube, name), pods(kube), sorted(k[1] for k in rt.jobs.urgent)))
+        # c is the last of the round: nothing waits behind it (a and b are taken by then)
+        rt.jobs.take()
+        await reconcile_job(rt, (NS, "c"))
+        steps.append(("c", admitted(kube, "c"), pods(kube), []))
+        for name in ("a", "b"):  # the second passes
+            await reconcile_job(rt, (NS, name))
+        return len(plan.admit), steps, pods(kube), [kube.get("TrainingJob", NS, n)["status"]["attempt"] for n in "abc"]
+
+    n, steps, after, attempts = asyncio.run(scenario())
+    assert n == 3
+    assert steps[0] == ("a", True, [], ["a", "b", "c"])  # a is back in the urgent lane, behind b and c
+    assert steps[1] == ("b", True, [], ["a", "b", "c"])
+    assert steps[2][:2] == ("c", True) and len(steps[2][2]) == 1  # c's pod, created at once
+    assert len(after) == 3 and attempts == [0, 0, 0]  # one pod each, on the first attempt

@@ -28,6 +28,7 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
         where = f"{pl.level} {pl.domain}" if pl.level else f"pool {pl.pool}"
         plan.events.append((NORMAL, ADMITTED, f"gang of {len(pl.nodes)} placed in {where}: {pl.reason}"))
         plan.forget_assumed = True
+        plan.admitted = True
         return False
     if not d.old and ctx.waiting is None:
         # A new job admission has not decided on yet: its decision (a placement, or why it

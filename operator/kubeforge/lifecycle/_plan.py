@@ -144,6 +144,8 @@ class TrainingPlan:
         release: The job's GPUs go back to the pool (admission should run).
         requeue_after: Seconds until the next reconcile is needed, or None.
         forget_assumed: The assumed placement is written (or abandoned): drop it.
+        admitted: The status writes admission's placement (``Admitted=True``, reason Placed):
+            the gang's first write of a new placement, before any of its pods exist.
         wrote_wait: The waiting message is part of ``status``.
         compute_domain: ``(name, cliques)`` of the ComputeDomain to create (before the pods) if
             absent, or None.
@@ -167,6 +169,7 @@ class TrainingPlan:
     release: bool = False
     requeue_after: float | None = None
     forget_assumed: bool = False
+    admitted: bool = False
     wrote_wait: bool = False
     compute_domain: tuple[str, tuple[str, ...]] | None = None
     release_compute_domains: list[str] = field(default_factory=list)

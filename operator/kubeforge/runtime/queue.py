@@ -47,6 +47,7 @@ class WorkQueue:
         self._queue: asyncio.PriorityQueue = asyncio.PriorityQueue()  # (lane, seq, key); lane 0 is urgent
         self._seq = 0
         self._pending: dict[Hashable, int] = {}  # key -> its lane; older entries of a key that moved up are skipped
+        self._urgent = 0  # keys of _pending in the urgent lane
         self._active: set = set()
         self._dirty: dict[Hashable, int] = {}
         self._failures: dict[Hashable, int] = {}
@@ -63,6 +64,7 @@ class WorkQueue:
         if self._pending.get(key, 2) <= lane:
             return
         self._pending[key] = lane
+        self._urgent += lane == 0
         self._seq += 1
         self._queue.put_nowait((lane, self._seq, key))
 
@@ -104,6 +106,11 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
+    @property
+    def urgent_backlog(self) -> int:
+        """How many keys wait in the urgent lane (not counting the ones being processed)."""
+        return self._urgent
+
     async def _work(self) -> None:
         while True:
             lane, _, key = await self._queue.get()
@@ -114,6 +121,7 @@ class WorkQueue:
             if self._pending.get(key) != lane:
                 continue
             del self._pending[key]
+            self._urgent -= lane == 0
             self._active.add(key)
             started = time.monotonic()
             try:
