@@ -73,15 +73,21 @@ class FakeQueue:
     def __init__(self) -> None:
         self.keys: set = set()
         self.urgent: set = set()
+        self.batched: set = set()  # keys asked for with add_after (their runs come within seconds)
 
     def add(self, key: Any, urgent: bool = False) -> None:
         self.keys.add(key)
         if urgent:
             self.urgent.add(key)
 
+    def add_after(self, key: Any, seconds: float) -> None:
+        self.keys.add(key)
+        self.batched.add(key)
+
     def forget(self, key: Any) -> None:
         self.keys.discard(key)
         self.urgent.discard(key)
+        self.batched.discard(key)
 
     @property
     def urgent_backlog(self) -> int:
@@ -91,7 +97,7 @@ class FakeQueue:
     def take(self) -> list:
         """The queued keys, the urgent lane's first (as the real queue takes them), each lane sorted."""
         out = sorted(self.urgent) + sorted(self.keys - self.urgent)
-        self.keys, self.urgent = set(), set()
+        self.keys, self.urgent, self.batched = set(), set(), set()
         return out
 
 

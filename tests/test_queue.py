@@ -139,3 +139,28 @@ def test_an_urgent_add_while_the_key_runs_reruns_it_ahead_of_the_normal_lane():
 
     assert asyncio.run(scenario()) == ["a", "a", "z"]
 
+
+def test_a_timer_for_a_key_already_queued_is_dropped_and_one_for_an_idle_key_fires_once():
+    """add_after: the pod-event batch (kubeforge.runtime.state.POD_EVENT_BATCH_SECONDS) of a
+    job already queued adds no second run; an idle key's timers merge into the earliest."""
+    async def scenario():
+        seen, gate = [], asyncio.Event()
+
+        async def handler(key):
+            seen.append(key)
+            return None
+
+        q = WorkQueue(handler, workers=1, name="t", gate=gate)
+        q.start()
+        q.add("a")
+        q.add_after("a", 0.05)  # queued: its run comes first and sees everything
+        q.add_after("b", 0.2)
+        q.add_after("b", 0.05)  # the earlier timer wins
+        q.add_after("b", 0.1)
+        gate.set()
+        await _until(lambda: len(seen) == 2)
+        await asyncio.sleep(0.3)  # no second run of either
+        await q.stop()
+        return seen
+
+    assert asyncio.run(scenario()) == ["a", "b"]

@@ -85,18 +85,27 @@ def test_a_pod_event_that_changes_nothing_the_record_keeps_queues_no_reconcile()
         pod = {"metadata": {"name": "j-0", "namespace": NS, "labels": {"kubeforge.io/job-name": "j"}},
                "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Pending"}}
         out = []
+
+        def seen():
+            batched = sorted(rt.jobs.batched)
+            out.append((rt.jobs.take(), batched))
+
         await kube.put("Pod", pod, new=True)
-        out.append(rt.jobs.take())
+        seen()
         pod["metadata"]["managedFields"] = [{"manager": "kubectl"}]  # nothing kubeforge reads
         await kube.put("Pod", pod)
-        out.append(rt.jobs.take())
+        seen()
         pod["status"]["phase"] = "Running"
         await kube.put("Pod", pod)
-        out.append(rt.jobs.take())
+        seen()
+        await kube.remove("Pod", NS, "j-0")
+        seen()
         return out
 
     job = (NS, "j")
-    assert asyncio.run(scenario()) == [[job], [], [job]]
+    # each change queues the job within the pod-event batch period (POD_EVENT_BATCH_SECONDS),
+    # the deletion too
+    assert asyncio.run(scenario()) == [([job], [job]), ([], []), ([job], [job]), ([job], [job])]
 
 
 def test_the_safety_net_round_slows_down_only_after_a_round_that_decided_nothing_and_left_nothing_waiting():

@@ -91,7 +91,7 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
         out[("job",) + key] = pod
         rt.cache.created_observed(key, pod.name)
         if _changed(pod, rt.cache.job_pods(key)):
-            rt.queue_job(key)
+            rt.queue_job_batched(key)
         if _frees_gpus(pod):
             rt.wake_admission()
     if pod.service is not None:
@@ -118,7 +118,7 @@ def kf_pods_gone(entries: Any, memo: Any) -> None:
     rt = memo.rt
     for key in entries:
         if key[0] == "job":
-            rt.queue_job(key[1:])
+            rt.queue_job_batched(key[1:])
         elif key[0] == "svc":
             rt.queue_service(key[1:])
     rt.wake_admission()

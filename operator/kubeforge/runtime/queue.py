@@ -70,7 +70,10 @@ class WorkQueue:
 
     def add_after(self, key: Hashable, seconds: float) -> None:
         """Queue ``key`` in ``seconds`` (at most one hour); an earlier timer for the same key
-        wins, so a key never has more than one timer."""
+        wins, so a key never has more than one timer. A key already queued gets no timer: its
+        coming run looks at everything and asks for its own next look."""
+        if key in self._pending:
+            return
         seconds = min(max(seconds, 0.0), 3600.0)
         loop = asyncio.get_running_loop()
         old = self._timers.get(key)

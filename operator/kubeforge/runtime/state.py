@@ -13,6 +13,14 @@ from kubeforge.runtime.cache import Cache
 from kubeforge.runtime.client import ApiError, KubeClient
 from kubeforge.runtime.events import EventSink, ObjectRef
 
+POD_EVENT_BATCH_SECONDS = 1.0
+"""Seconds within which a change of a TrainingJob's pod brings its reconcile
+(:meth:`Runtime.queue_job_batched`): every change inside the window is decided on together.
+kube-controller-manager's Job controller batches pod events the same way and for as long
+(``SyncJobBatchPeriod``, 1 s, pkg/controller/job/job_controller.go). A gang's Admitted status,
+its pods' creation, a spot restart and a preemption do not wait for it: they come from the
+admission round, the node watch and the job's own changes, which queue at once."""
+
 
 @dataclass
 class Options:
@@ -82,6 +90,13 @@ class Runtime:
         admission, a preemption) that should be written before routine looks."""
         if self.jobs is not None:
             self.jobs.add(key, urgent=urgent)
+
+    def queue_job_batched(self, key: Key) -> None:
+        """Queue the job's reconcile within :data:`POD_EVENT_BATCH_SECONDS`, for a change of
+        one of its pods: a gang's pods change together (created, bound, Running, each pod in
+        turn), and one reconcile then decides on all of them instead of one per event."""
+        if self.jobs is not None:
+            self.jobs.add_after(key, POD_EVENT_BATCH_SECONDS)
 
     def queue_service(self, key: Key, urgent: bool = False) -> None:
         """Queue the service's reconcile; ``urgent`` as for :meth:`queue_job`."""
