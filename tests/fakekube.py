@@ -89,10 +89,10 @@ class FakeQueue:
         self.urgent.discard(key)
         self.batched.discard(key)
 
-    @property
-    def urgent_backlog(self) -> int:
-        """Keys waiting in the urgent lane (not yet taken), as WorkQueue.urgent_backlog."""
-        return len(self.urgent)
+    def urgent_waiting(self, besides: Any = None) -> int:
+        """Keys other than ``besides`` waiting in the urgent lane (not yet taken), as
+        WorkQueue.urgent_waiting."""
+        return len(self.urgent - {besides})
 
     def take(self) -> list:
         """The queued keys, the urgent lane's first (as the real queue takes them), each lane sorted."""

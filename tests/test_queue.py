@@ -95,7 +95,7 @@ def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_
         seen, gate = [], asyncio.Event()
 
         async def handler(key):
-            seen.append((key, q.urgent_backlog))
+            seen.append((key, q.urgent_waiting()))
             return None
 
         q = WorkQueue(handler, workers=1, name="t", gate=gate)
@@ -105,7 +105,7 @@ def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_
         q.add("d", urgent=True)
         q.add("b", urgent=True)  # queued normally: moves up, and runs once
         q.add("d")  # already urgent: stays so
-        assert (len(q), q.urgent_backlog) == (4, 2)
+        assert (len(q), q.urgent_waiting()) == (4, 2)
         gate.set()
         await _until(lambda: len(seen) == 4)
         await asyncio.sleep(0.05)  # no second run of "b" from its old place in the normal lane

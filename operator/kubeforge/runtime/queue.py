@@ -109,10 +109,10 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
-    @property
-    def urgent_backlog(self) -> int:
-        """How many keys wait in the urgent lane (not counting the ones being processed)."""
-        return self._urgent
+    def urgent_waiting(self, besides: Hashable = None) -> int:
+        """How many keys other than ``besides`` wait in the urgent lane (a key being
+        processed is not waiting: one added meanwhile is re-run after, see :meth:`add`)."""
+        return self._urgent - (self._pending.get(besides) == 0)
 
     async def _work(self) -> None:
         while True:

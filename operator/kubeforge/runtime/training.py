@@ -155,7 +155,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
             log.info("trainingjob %s/%s: %s: %s", key[0], key[1], reason, message)
         rt.event(KIND, job, type_, reason, message, at)
     _count_restart(plan)
-    if _admissions_first(rt, plan):
+    if _admissions_first(rt, key, plan):
         rt.queue_job(key, urgent=True)
         return None
     await _apply(rt, job, plan)
@@ -164,7 +164,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     return plan.requeue_after if plan.requeue_after is not None else RESYNC_SECONDS
 
 
-def _admissions_first(rt: Runtime, plan: TrainingPlan) -> bool:
+def _admissions_first(rt: Runtime, key: Key, plan: TrainingPlan) -> bool:
     """Whether this reconcile, which has just written ``plan``'s status, leaves its creates
     and deletes to a second pass: it wrote an admission (``plan.admitted``) while other urgent
     keys wait (the rest of an admission round). The job goes to the back of the urgent lane, so
@@ -174,7 +174,7 @@ def _admissions_first(rt: Runtime, plan: TrainingPlan) -> bool:
     pods exist. The second pass finds the placement in status and creates what is missing,
     as after a restart between the two; an admission is deferred at most once (the second
     pass admits nothing). In a quiet cluster (no backlog) nothing is deferred."""
-    return plan.admitted and rt.jobs is not None and rt.jobs.urgent_backlog > 0
+    return plan.admitted and rt.jobs is not None and rt.jobs.urgent_waiting(besides=key) > 0
 
 
 def _count_restart(plan: TrainingPlan) -> None:
