@@ -75,12 +75,15 @@ class AdmissionMemo:
         epoch: Per pool, a counter that moves when a node's free GPUs grew since the last round
             (a node added or made usable counts).
         waits: Per waiting job, ``(signature, epochs of the pools tried, the Wait)``.
+        views: The last round's pool views, which the next round reuses for every pool whose
+            record and nodes did not change (:func:`~kubeforge.admission.pool_view`).
     """
 
     free: dict[str, dict[str, int]] = field(default_factory=dict)
     shape: dict[str, tuple] = field(default_factory=dict)
     epoch: dict[str, int] = field(default_factory=dict)
     waits: dict[Key, tuple[tuple, tuple[int, ...], "Wait"]] = field(default_factory=dict)
+    views: dict[str, PoolView] = field(default_factory=dict)
 
     def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
         """At the start of a round: move each pool's epoch when any of its nodes has more free
@@ -89,8 +92,8 @@ class AdmissionMemo:
         (``signatures``: the lowest running priority, the borrowing teams)."""
         for name, view in views.items():
             cur = {n.name: n.gpus_free for n in view.nodes if n.usable}
-            labels = hash(tuple((n.name, frozenset(n.labels.items())) for n in view.nodes))  # GFD may label late
-            shape = (view.record.generation, view.levels, view.resource, labels, (signatures or {}).get(name))
+            shape = (view.record.generation, view.levels, view.resource, view.labels_key,  # GFD may label late
+                     (signatures or {}).get(name))
             prev = self.free.get(name)
             if prev is None or self.shape.get(name) != shape or any(g > prev.get(n, -1) for n, g in cur.items()):
                 self.epoch[name] = self.epoch.get(name, 0) + 1
@@ -196,8 +199,11 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         An :class:`AdmissionPlan`; deciding changes nothing in ``snapshot``.
     """
     plan = AdmissionPlan(ledgers=build_ledgers(snapshot))
+    memo = memo if memo is not None else AdmissionMemo()
     for name, pool in snapshot.pools.items():
-        plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node)
+        plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node,
+                                     memo.views.get(name))
+    memo.views = dict(plan.views)
     rnd = Round(snapshot, now, plan.ledgers, plan.views)
     taken = rnd.taken
 
@@ -221,7 +227,6 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
             by_key[k] = job
             queue.append(PendingGang(k, request, job.record.spec.priority,  # type: ignore[union-attr]
                                      job.record.created))
-    memo = memo if memo is not None else AdmissionMemo()
     memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})
     waits = {}
     for pending in entry_order(queue, lambda p: rnd.borrows(by_key[p.key], p.request.gpus)):
