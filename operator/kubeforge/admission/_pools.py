@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
@@ -46,6 +47,12 @@ class PoolView:
     price: float | None = None
     basis: tuple = field(default=(), compare=False, repr=False)
     labels_key: int = field(default=0, compare=False, repr=False)
+
+    @cached_property
+    def by_name(self) -> Mapping[str, NodeInfo]:
+        """The pool's nodes by name, built on first use (once per view, not per reader: a
+        job's reconcile reads its own few nodes from it)."""
+        return {n.name: n for n in self.nodes}
 
 
 def pool_members(pool: PoolRecord, nodes: Mapping[str, Node]) -> list[Node]:

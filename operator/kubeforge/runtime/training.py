@@ -95,7 +95,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
             request = gang_request(job, view.resource)
         except (TypeError, ValueError, AttributeError, KeyError):
             request = None  # a template admission could not read either: the job waits InvalidSpec
-        pool_nodes = {n.name: n for n in view.nodes if n.name in names}
+        pool_nodes = {n: view.by_name[n] for n in names if n in view.by_name}
         rank = rank_gpus(job, view.resource)
     return TrainingContext(
         request=request, pool_nodes=pool_nodes or {}, rank_gpus=rank, namespace_terminating=terminating,
