@@ -800,10 +800,11 @@ def test_memo_does_not_carry_a_wait_to_a_new_job_of_the_same_name():
 
 
 def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_objects():
-    """A round reuses the last round's pool view (AdmissionMemo.views) when the pool record and
-    the node records are the very objects it was built from: only the GPUs held differ, and the
-    views, admissions and waits are those of a fresh round. A node record replaced (a label
-    added) or a pool record replaced makes a fresh view."""
+    """A round reuses the last round's pool view (AdmissionMemo.views) when the pool's spec is
+    equal and the node records are the very objects it was built from: only the GPUs held (and
+    the pool's record) differ, and the views, admissions and waits are those of a fresh round.
+    A node record replaced (a label added) or a pool spec changed makes a fresh view; a pool
+    record replaced by a status write does not."""
     pool = mk_pool("p")
     memo = AdmissionMemo()
     fleet = [mk_node(f"n{i}", 8, {CLIQUE: f"c{i // 2}"}) for i in range(6)]
@@ -814,7 +815,9 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
         if t == 2:  # a label arrives on n3: a new record for it
             fleet[5] = mk_node("n5", 8, {CLIQUE: "c2", "extra": "yes"})
         if t == 3:
-            pool = mk_pool("p")  # the pool's record replaced (a status write)
+            pool = mk_pool("p", price=2.5, generation=2)  # the pool's spec changed
+        if t == 4:
+            pool = mk_pool("p", price=2.5, generation=2, status={"gpus": {"free": 1}})  # a status write
         jobs = [mk_job(n, replicas=r, gpus=g, created=NOW - 100 + i, uid=f"uid-{n}",
                        topology={"mode": "Required", "level": "nvlink"},
                        status={"phase": "Running", "attempt": 0, "placement": placed("p", held[n])} if n in held else {})
@@ -824,7 +827,7 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
         with_memo = plan_admission(snap, NOW + t, memo)
         fresh = plan_admission(snap, NOW + t)
         view = with_memo.views["p"]
-        assert view == fresh.views["p"], t
+        assert view == fresh.views["p"] and view.record is pool, t
         assert [n.path for n in view.nodes] == [n.path for n in fresh.views["p"].nodes], t
         assert view.labels_key == fresh.views["p"].labels_key, t
         assert [(a.key, a.placement.nodes) for a in with_memo.admit] == [(a.key, a.placement.nodes) for a in fresh.admit]
@@ -833,7 +836,8 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
         steps.append((t, kept))
         held.update({a.key[1]: a.placement.nodes for a in with_memo.admit})
     # t=1: the nodes round 0's admissions took are copied with their new counts, the others
-    # kept; t=2 (a node relabelled) and t=3 (the pool replaced): built afresh; t=4: all kept
+    # kept; t=2 (a node relabelled) and t=3 (the spec changed): built afresh; t=4 (only the
+    # pool's status changed): all kept
     assert steps[0] == (0, [])
     assert 0 < len(steps[1][1]) < 6
     assert steps[2] == (2, []) and steps[3] == (3, [])

@@ -76,7 +76,7 @@ class AdmissionMemo:
             (a node added or made usable counts).
         waits: Per waiting job, ``(signature, epochs of the pools tried, the Wait)``.
         views: The last round's pool views, which the next round reuses for every pool whose
-            record and nodes did not change (:func:`~kubeforge.admission.pool_view`).
+            spec and nodes did not change (:func:`~kubeforge.admission.pool_view`).
     """
 
     free: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -29,9 +29,9 @@ class PoolView:
         levels_source: ``"Spec"`` or ``"Detected"``.
         tolerations: The pool's tolerations (core/v1 dicts), added to every pod placed in it.
         price: ``spec.pricePerGPUHour`` or None.
-        basis: What the view was built from: ``(pool record, the cluster's node records in
-            order)``, the very objects, so that a later round given the same objects can reuse
-            it (:func:`pool_view`'s ``reuse``).
+        basis: What the view was built from: ``(the pool's name, its spec, the cluster's node
+            records in order)``, so that a later round given an equal spec and the very same
+            node objects can reuse it (:func:`pool_view`'s ``reuse``).
         labels_key: A hash of the nodes' names and labels (the topology a placement reads),
             computed once per build: :class:`~kubeforge.admission.AdmissionMemo` compares it
             between rounds.
@@ -79,18 +79,19 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     """Build the :class:`PoolView` of ``pool`` from the cluster's nodes and the ledger's
     GPUs held per node (``allocated``).
 
-    ``reuse``: the same pool's view from an earlier round. When it was built from the very
-    same pool record and node records (:attr:`PoolView.basis`; the cache replaces a record on
-    every change it sees), only the GPUs held per node can differ: its members, levels and
-    domain paths are kept, and only the nodes whose count changed are copied. The answer is
-    the same as a fresh build's; at 1,024 nodes a fresh build was a sixth of the operator's
-    CPU in an admission burst (one per pool and round).
+    ``reuse``: the same pool's view from an earlier round. When it was built from an equal
+    pool spec and the very same node records (:attr:`PoolView.basis`; the cache replaces a
+    node's record on every change it sees), only the GPUs held per node (and the pool's
+    status) can differ: its members, levels and domain paths are kept, and only the nodes
+    whose count changed are copied. The answer is the same as a fresh build's; at 1,024 nodes
+    a fresh build was a sixth of the operator's CPU in an admission burst (one per pool and
+    round).
     """
-    basis = (pool, tuple(nodes.values()))
-    if reuse is not None and _same_objects(reuse.basis, basis):
+    basis = (pool.name, pool.spec, tuple(nodes.values()))
+    if reuse is not None and _same_basis(reuse.basis, basis):
         infos = tuple(n if n.gpus_allocated == (held := max(0, int(allocated.get(n.name, 0))))
                       else replace(n, gpus_allocated=held) for n in reuse.nodes)
-        return replace(reuse, nodes=infos)
+        return replace(reuse, record=pool, nodes=infos)
     tolerations = tuple(t.to_dict() for t in pool.spec.tolerations) if pool.spec else ()
     capacity = pool_capacity_type(pool)
     resource = pool_resource(pool)
@@ -108,9 +109,11 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price, basis, labels_key)
 
 
-def _same_objects(a: tuple, b: tuple) -> bool:
-    """Whether two :attr:`PoolView.basis` hold the very same objects, in the same order."""
-    return len(a) == 2 and a[0] is b[0] and len(a[1]) == len(b[1]) and all(map(operator.is_, a[1], b[1]))
+def _same_basis(a: tuple, b: tuple) -> bool:
+    """Whether two :attr:`PoolView.basis` name the same pool with equal specs and hold the
+    very same node objects, in the same order."""
+    return (len(a) == 3 and a[0] == b[0] and a[1] == b[1] and len(a[2]) == len(b[2])
+            and all(map(operator.is_, a[2], b[2])))
 
 
 def placeable(view: PoolView, held: Mapping[str, int], gpus_per_replica: int, current: int, unplaced: int = 0) -> int:
