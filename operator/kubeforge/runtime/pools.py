@@ -30,23 +30,32 @@ async def pool_status_loop(rt: Runtime) -> None:
     """Refresh every pool's status (while this process leads); one line per failure streak."""
     await rt.ready.wait()
     last: dict[str, dict[str, Any]] = {}
+    views: dict[str, PoolView] = {}
 
     async def step() -> None:
         await rt.leading.wait()
-        await refresh_pools(rt, last, time.time())
+        await refresh_pools(rt, last, time.time(), views)
 
     await every(POOL_STATUS_INTERVAL, step, "pool status not written", log)
 
 
-async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float) -> None:
-    """Compute and write (when changed) every pool's status; update the gauges."""
+async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float,
+                        views: dict[str, PoolView] | None = None) -> None:
+    """Compute and write (when changed) every pool's status; update the gauges.
+
+    ``last``: each pool's last status written (updated). ``views``: each pool's view from the
+    last call (updated), reused while its pool and nodes are the same records
+    (:func:`~kubeforge.admission.pool_view`): every 2 s at 1,024 nodes, building it afresh was
+    8 % of the operator's CPU in an admission burst."""
     snap = rt.cache.snapshot()
     ledgers = {}
     for name, pool in snap.pools.items():
         res = pool_resource(pool)
         if res not in ledgers:
             ledgers[res] = build_ledger(snap, res)
-        view = pool_view(pool, snap.nodes, ledgers[res].per_node)
+        view = pool_view(pool, snap.nodes, ledgers[res].per_node, views.get(name) if views is not None else None)
+        if views is not None:
+            views[name] = view
         st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
@@ -62,6 +71,8 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
             last.pop(name, None)
             rt.cache.remember(name, await rt.client.patch_status("GPUPool", None, name, st))
             last[name] = st
+    for gone in set(views or ()) - set(snap.pools):
+        views.pop(gone, None)  # type: ignore[union-attr]
     for gone in set(last) - set(snap.pools):
         last.pop(gone, None)
         for state in GPU_STATES:
