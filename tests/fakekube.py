@@ -48,7 +48,7 @@ HANDLERS = {"Pod": ("kf_pods", ix.kf_pods), "Node": ("kf_nodes", ix.kf_nodes), "
             "PersistentVolumeClaim": ("kf_claims", ix.kf_claims), "StorageClass": ("kf_storage_classes", ix.kf_storage_classes),
             "Namespace": ("kf_namespaces", ix.kf_namespaces)}
 INDEX_NAMES = [name for name, _ in HANDLERS.values()] + ["kf_deployments"]
-GONE = {"Pod": ix.kf_pods_gone, "Node": ix.kf_nodes_gone}
+GONE = {"Pod": ix.kf_pods_gone, "Node": ix.kf_nodes_gone, "PersistentVolumeClaim": ix.kf_claims_gone}
 """What the operator's informer calls with a deleted object's last entries (kopf's indexes drop
 theirs silently)."""
 

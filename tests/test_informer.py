@@ -206,16 +206,21 @@ def test_a_410_answer_to_the_watch_request_relists_at_once_without_a_warning(cap
 CD = "/apis/resource.nvidia.com/v1beta1"
 
 
+PVC = "persistentvolumeclaims"
+
+
 @pytest.mark.parametrize("namespaces, paths", [
-    ((), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),
-    (("team-a", "team-b"), ["/api/v1/nodes", "/api/v1/namespaces/team-a/pods", f"{CD}/namespaces/team-a/computedomains",
-                            "/api/v1/namespaces/team-b/pods", f"{CD}/namespaces/team-b/computedomains"]),
-    (("team-*",), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),  # a kopf glob: watched cluster-wide
-    (("team-a", "!kube-system"), ["/api/v1/nodes", "/api/v1/pods", f"{CD}/computedomains"]),
+    ((), ["/api/v1/nodes", "/api/v1/pods", f"/api/v1/{PVC}", f"{CD}/computedomains"]),
+    (("team-a", "team-b"), ["/api/v1/nodes", "/api/v1/namespaces/team-a/pods", f"/api/v1/namespaces/team-a/{PVC}",
+                            f"{CD}/namespaces/team-a/computedomains", "/api/v1/namespaces/team-b/pods",
+                            f"/api/v1/namespaces/team-b/{PVC}", f"{CD}/namespaces/team-b/computedomains"]),
+    (("team-*",), ["/api/v1/nodes", "/api/v1/pods", f"/api/v1/{PVC}", f"{CD}/computedomains"]),  # a kopf glob: cluster-wide
+    (("team-a", "!kube-system"), ["/api/v1/nodes", "/api/v1/pods", f"/api/v1/{PVC}", f"{CD}/computedomains"]),
 ])
-def test_pods_and_domains_are_watched_per_namespace_only_for_plain_names(namespaces, paths):
+def test_pods_claims_and_domains_are_watched_per_namespace_only_for_plain_names(namespaces, paths):
     stores, out = inf.informers(None, None, namespaces)  # type: ignore[arg-type]
-    assert [i.path for i in out] == paths and set(stores) == {"kf_pods", "kf_nodes", "kf_compute_domains"}
+    assert [i.path for i in out] == paths
+    assert set(stores) == {"kf_pods", "kf_nodes", "kf_compute_domains", "kf_claims"}
     domains = [i for i in out if i.resource == "computedomains"]
     assert all(i.optional and i.selector == "kubeforge.io/job-name" for i in domains)
     assert not any(i.optional for i in out if i.resource != "computedomains")

@@ -31,7 +31,7 @@ def _claim(phase: str | None, annotations: dict | None = None, volume: str | Non
     return body
 
 
-def test_a_claim_wakes_admission_when_it_appears_and_its_job_only_when_its_phase_or_class_changes():
+def test_a_claim_wakes_admission_when_it_appears_or_goes_and_its_job_only_when_its_phase_or_class_changes():
     async def scenario():
         kube = await small_cluster()
         rt = kube.new_runtime()
@@ -50,10 +50,16 @@ def test_a_claim_wakes_admission_when_it_appears_and_its_job_only_when_its_phase
         await step(_claim("Pending", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
         # Bound: the job lifts its volume gate, in the urgent lane (its gated pods hold GPUs)
         await step(_claim("Bound", {"volume.kubernetes.io/storage-provisioner": "sim"}, volume="pv-1"))
+
+        # deleted: its entry goes (the informer's on-gone handler) and admission looks again
+        rt.admission_wake.clear()
+        await kube.remove("PersistentVolumeClaim", NS, f"{JOB}-checkpoint")
+        seen.append((rt.admission_wake.is_set(), rt.cache.claim((NS, f"{JOB}-checkpoint"))))
         return seen
 
     job = (NS, JOB)
-    assert asyncio.run(scenario()) == [(True, [], [job]), (False, [], []), (False, [], []), (False, [job], [job])]
+    assert asyncio.run(scenario()) == [(True, [], [job]), (False, [], []), (False, [], []), (False, [job], [job]),
+                                       (True, None)]
 
 
 def test_the_echo_of_our_own_status_write_queues_no_reconcile_and_any_other_version_does():

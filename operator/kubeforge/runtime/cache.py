@@ -1,7 +1,7 @@
 """The operator's memory: one object, one ``forget(key)``.
 
-- Indexes mirror the cluster from watches: pods and nodes through the informer
-  (:mod:`kubeforge.runtime.informer`), our objects, claims, storage classes and the rest through
+- Indexes mirror the cluster from watches: pods, claims and nodes through the informer
+  (:mod:`kubeforge.runtime.informer`), our objects, storage classes and the rest through
   kopf (:mod:`kubeforge.runtime.indexes`); nothing here lists the cluster per reconcile.
 - The status overlay holds the status this process last wrote for an object until the index
   has caught up with that write (by resourceVersion), so no decision acts on a lagging copy

@@ -169,11 +169,11 @@ async def kf_deployments(namespace: str, labels: Any, body: Any, **_: Any) -> di
     return {(namespace, labels[SERVICE_NAME]): deployment_from_k8s(body)}
 
 
-@kopf.index("persistentvolumeclaims")
-async def kf_claims(namespace: str, name: str, spec: Any, status: Any, labels: Any, memo: Any, **_: Any) -> dict:
+async def kf_claims(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> (phase, storageClassName) of every PersistentVolumeClaim (a job's
     checkpoint claim must exist before it holds GPUs, and be bound before its pods exist
-    when its class binds immediately).
+    when its class binds immediately). Fed by an informer
+    (:mod:`kubeforge.runtime.informer`), not kopf: the claims are only read.
 
     Wakes only what the change can matter to: the admission round reads whether a claim
     exists (``existingClaimName``), so it runs again only when a claim appears; the job of a
@@ -183,7 +183,8 @@ async def kf_claims(namespace: str, name: str, spec: Any, status: Any, labels: A
     controller's annotation, the provisioner's volume, the bind, the status), and a round per
     event was most of the operator's CPU in the training bench (441 rounds for 199 claims)."""
     rt = memo.rt
-    value = (((status or {}).get("phase") or "Pending"), (spec or {}).get("storageClassName") or "")
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    value = (((body.get("status") or {}).get("phase") or "Pending"), (body.get("spec") or {}).get("storageClassName") or "")
     old = rt.cache.claim((namespace, name))
     if old is None:
         rt.wake_admission()
@@ -192,6 +193,12 @@ async def kf_claims(namespace: str, name: str, spec: Any, status: Any, labels: A
         # as urgent as an admission (the urgent lane), and must not wait behind a burst of them.
         rt.queue_job((namespace, labels[JOB_NAME]), urgent=value[0] == "Bound")
     return {(namespace, name): value}
+
+
+def kf_claims_gone(entries: Any, memo: Any) -> None:
+    """A claim was deleted: the admission round looks again (it reads whether a claim
+    exists, for ``existingClaimName``)."""
+    memo.rt.wake_admission()
 
 
 @kopf.index("storage.k8s.io", "v1", "storageclasses")
@@ -263,7 +270,7 @@ def kf_compute_domains_gone(entries: Any, memo: Any) -> None:
 async def kf_indexes_ready(memo: Any, **_: Any) -> None:
     """kopf runs non-index handlers only once every index is filled; the first namespace
     event (there is always one: ``default``) therefore marks readiness, once the informers
-    (pods, nodes) have listed too."""
+    (pods, claims, nodes) have listed too."""
     rt = memo.rt
     for synced in rt.informers_synced:
         await synced.wait()

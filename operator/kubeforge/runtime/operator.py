@@ -111,8 +111,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     await rt.client.start()
     rt.api_servers = rt.client.server_addresses()
     await wait_for_discovery(rt)
-    # kopf passes every index to startup handlers; they fill in as the watches list. Pods and
-    # nodes come from the informers (started below, once the queues their handlers feed exist).
+    # kopf passes every index to startup handlers; they fill in as the watches list. Pods,
+    # claims and nodes come from the informers (started below, once the queues their handlers
+    # feed exist).
     stores, watchers = informers(rt.client, memo, rt.options.namespaces)
     rt.cache.attach({**{k: v for k, v in kwargs.items() if k.startswith("kf_")}, **stores})
     rt.informers_synced = [w.synced for w in watchers]
@@ -129,7 +130,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
         asyncio.create_task(activator_loop(rt), name="activator-endpoints"),
     ] + [asyncio.create_task(w.run(), name=f"informer {w.path}") for w in watchers]
-    log.info("kubeforge %s: pods and nodes by informer (%d watches)", kubeforge.__file__, len(watchers))
+    log.info("kubeforge %s: pods, claims and nodes by informer (%d watches)", kubeforge.__file__, len(watchers))
 
 
 @kopf.on.cleanup()
