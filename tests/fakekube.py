@@ -73,12 +73,15 @@ class FakeQueue:
     def __init__(self) -> None:
         self.keys: set = set()
         self.urgent: set = set()
+        self.follow_up: set = set()
         self.batched: set = set()  # keys asked for with add_after (their runs come within seconds)
 
-    def add(self, key: Any, urgent: bool = False) -> None:
+    def add(self, key: Any, urgent: bool = False, follow_up: bool = False) -> None:
         self.keys.add(key)
         if urgent:
             self.urgent.add(key)
+        elif follow_up:
+            self.follow_up.add(key)
 
     def add_after(self, key: Any, seconds: float) -> None:
         self.keys.add(key)
@@ -87,6 +90,7 @@ class FakeQueue:
     def forget(self, key: Any) -> None:
         self.keys.discard(key)
         self.urgent.discard(key)
+        self.follow_up.discard(key)
         self.batched.discard(key)
 
     def urgent_waiting(self, besides: Any = None) -> int:
@@ -95,9 +99,11 @@ class FakeQueue:
         return len(self.urgent - {besides})
 
     def take(self) -> list:
-        """The queued keys, the urgent lane's first (as the real queue takes them), each lane sorted."""
-        out = sorted(self.urgent) + sorted(self.keys - self.urgent)
-        self.keys, self.urgent, self.batched = set(), set(), set()
+        """The queued keys, the urgent lane's first, then the follow-up lane's (as the real queue
+        takes them), each lane sorted."""
+        follow = self.follow_up - self.urgent
+        out = sorted(self.urgent) + sorted(follow) + sorted(self.keys - self.urgent - follow)
+        self.keys, self.urgent, self.follow_up, self.batched = set(), set(), set(), set()
         return out
 
 

@@ -105,15 +105,18 @@ def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_
         q.add("d", urgent=True)
         q.add("b", urgent=True)  # queued normally: moves up, and runs once
         q.add("d")  # already urgent: stays so
-        assert (len(q), q.urgent_waiting()) == (4, 2)
+        q.add("f", follow_up=True)  # after every urgent key, before the normal lane
+        q.add("c", follow_up=True)  # queued normally: moves up to the follow-up lane
+        q.add("b", follow_up=True)  # already urgent: stays so
+        assert (len(q), q.urgent_waiting()) == (5, 2)
         gate.set()
-        await _until(lambda: len(seen) == 4)
-        await asyncio.sleep(0.05)  # no second run of "b" from its old place in the normal lane
+        await _until(lambda: len(seen) == 5)
+        await asyncio.sleep(0.05)  # no second run of "b" or "c" from their old places
         await q.stop()
         return seen
 
     # each handler sees the urgent keys still waiting behind it
-    assert asyncio.run(scenario()) == [("d", 1), ("b", 0), ("a", 0), ("c", 0)]
+    assert asyncio.run(scenario()) == [("d", 1), ("b", 0), ("f", 0), ("c", 0), ("a", 0)]
 
 
 def test_an_urgent_add_while_the_key_runs_reruns_it_ahead_of_the_normal_lane():

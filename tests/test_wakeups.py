@@ -141,7 +141,7 @@ def test_a_round_reports_when_the_first_restart_back_off_ends():
 
 def test_an_admission_round_writes_every_admitted_status_before_any_gang_creates_its_pods():
     """A reconcile that writes an admission while other admissions wait in the urgent lane
-    leaves its pods to a second pass at the back of that lane
+    leaves its pods to a second pass in the follow-up lane, after every urgent key
     (kubeforge.runtime.training._admissions_first): a burst's gangs are all Admitted after one
     API round trip each. With nothing else waiting, the same reconcile creates the pods."""
     from kubeforge.runtime.admission import admission_round
@@ -168,18 +168,19 @@ def test_an_admission_round_writes_every_admitted_status_before_any_gang_creates
             rt.jobs.urgent.discard((NS, name))
             rt.jobs.keys.discard((NS, name))
             await reconcile_job(rt, (NS, name))
-            steps.append((name, admitted(kube, name), pods(kube), sorted(k[1] for k in rt.jobs.urgent)))
+            steps.append((name, admitted(kube, name), pods(kube), sorted(k[1] for k in rt.jobs.urgent),
+                          sorted(k[1] for k in rt.jobs.follow_up)))
         # c is the last of the round: nothing waits behind it (a and b are taken by then)
         rt.jobs.take()
         await reconcile_job(rt, (NS, "c"))
-        steps.append(("c", admitted(kube, "c"), pods(kube), []))
+        steps.append(("c", admitted(kube, "c"), pods(kube), [], []))
         for name in ("a", "b"):  # the second passes
             await reconcile_job(rt, (NS, name))
         return len(plan.admit), steps, pods(kube), [kube.get("TrainingJob", NS, n)["status"]["attempt"] for n in "abc"]
 
     n, steps, after, attempts = asyncio.run(scenario())
     assert n == 3
-    assert steps[0] == ("a", True, [], ["a", "b", "c"])  # a is back in the urgent lane, behind b and c
-    assert steps[1] == ("b", True, [], ["a", "b", "c"])
+    assert steps[0] == ("a", True, [], ["b", "c"], ["a"])  # a waits in the follow-up lane, after b and c
+    assert steps[1] == ("b", True, [], ["c"], ["a", "b"])
     assert steps[2][:2] == ("c", True) and len(steps[2][2]) == 1  # c's pod, created at once
     assert len(after) == 3 and attempts == [0, 0, 0]  # one pod each, on the first attempt

@@ -1,5 +1,5 @@
 """A controller-runtime style work queue: deduplicated keys, one worker per key at a time,
-delayed re-adds, bounded backoff, one log line per failure, and an urgent lane.
+delayed re-adds, bounded backoff, one log line per failure, an urgent lane and a follow-up lane.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from kubeforge.runtime.client import ApiError
 
 log = logging.getLogger("kubeforge.queue")
 
+URGENT, FOLLOW_UP, NORMAL = 0, 1, 2
+"""The lanes, taken in this order."""
 MAX_BACKOFF = 300.0
 """Seconds: the longest wait before a failing key is retried (controller-runtime: 1000 s)."""
 
@@ -30,12 +32,15 @@ class WorkQueue:
     ``gate`` (an :class:`asyncio.Event`), when given, must be set for work to start: the
     operator's leadership.
 
-    Two lanes, first in first out within each: a key added with ``urgent=True`` is taken
-    before every key of the normal lane (a key already queued in the normal lane moves up).
-    The admission round adds the gangs it has just admitted or chosen as victims that way, so
-    that writing a decision never waits behind the reconciles that a burst of pod and claim
-    watch events queues (each of which usually finds nothing to do). kube-scheduler keeps
-    its active queue ahead of its backoff queue for the same reason.
+    Three lanes, first in first out within each: a key added with ``urgent=True`` is taken
+    before every other key (a key already queued in another lane moves up). The admission
+    round adds the gangs it has just admitted or chosen as victims that way, so that writing a
+    decision never waits behind the reconciles that a burst of pod and claim watch events
+    queues (each of which usually finds nothing to do). kube-scheduler keeps its active queue
+    ahead of its backoff queue for the same reason. A key added with ``follow_up=True`` comes
+    after every urgent key and before the normal lane: a job that wrote its admission while
+    more admissions waited creates its claim and pods from there, so those creates never
+    delay a later round's admissions (in a burst, they took most of the workers' time).
     """
 
     def __init__(self, handler: Callable[[Hashable], Awaitable[float | None]], workers: int = 8,
@@ -44,7 +49,7 @@ class WorkQueue:
         self._workers = workers
         self._name = name
         self._gate = gate
-        self._queue: asyncio.PriorityQueue = asyncio.PriorityQueue()  # (lane, seq, key); lane 0 is urgent
+        self._queue: asyncio.PriorityQueue = asyncio.PriorityQueue()  # (lane, seq, key): URGENT, FOLLOW_UP, NORMAL
         self._seq = 0
         self._pending: dict[Hashable, int] = {}  # key -> its lane; older entries of a key that moved up are skipped
         self._urgent = 0  # keys of _pending in the urgent lane
@@ -54,17 +59,21 @@ class WorkQueue:
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task] = []
 
-    def add(self, key: Hashable, urgent: bool = False) -> None:
-        """Queue ``key`` unless already queued (an urgent add moves a queued key to the urgent
-        lane); a key being processed is re-run once after, in the more urgent of its lanes."""
-        lane = 0 if urgent else 1
+    def add(self, key: Hashable, urgent: bool = False, follow_up: bool = False) -> None:
+        """Queue ``key`` unless already queued (an add to a more urgent lane moves a queued key
+        up); a key being processed is re-run once after, in the most urgent of its lanes.
+        ``follow_up``: the lane between the two, for the rest of work an urgent run left
+        (see the class docstring)."""
+        self._add(key, URGENT if urgent else FOLLOW_UP if follow_up else NORMAL)
+
+    def _add(self, key: Hashable, lane: int) -> None:
         if key in self._active:
             self._dirty[key] = min(lane, self._dirty.get(key, lane))
             return
-        if self._pending.get(key, 2) <= lane:
+        if self._pending.get(key, NORMAL + 1) <= lane:
             return
         self._pending[key] = lane
-        self._urgent += lane == 0
+        self._urgent += lane == URGENT
         self._seq += 1
         self._queue.put_nowait((lane, self._seq, key))
 
@@ -112,7 +121,7 @@ class WorkQueue:
     def urgent_waiting(self, besides: Hashable = None) -> int:
         """How many keys other than ``besides`` wait in the urgent lane (a key being
         processed is not waiting: one added meanwhile is re-run after, see :meth:`add`)."""
-        return self._urgent - (self._pending.get(besides) == 0)
+        return self._urgent - (self._pending.get(besides) == URGENT)
 
     async def _work(self) -> None:
         while True:
@@ -124,7 +133,7 @@ class WorkQueue:
             if self._pending.get(key) != lane:
                 continue
             del self._pending[key]
-            self._urgent -= lane == 0
+            self._urgent -= lane == URGENT
             self._active.add(key)
             started = time.monotonic()
             try:
@@ -149,4 +158,4 @@ class WorkQueue:
                 metrics.RECONCILE_SECONDS.labels(kind=self._name).observe(time.monotonic() - started)
                 self._active.discard(key)
                 if key in self._dirty:
-                    self.add(key, urgent=self._dirty.pop(key) == 0)
+                    self._add(key, self._dirty.pop(key))

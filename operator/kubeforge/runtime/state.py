@@ -85,11 +85,16 @@ class Runtime:
     def wake_admission(self) -> None:
         self.admission_wake.set()
 
-    def queue_job(self, key: Key, urgent: bool = False) -> None:
+    def queue_job(self, key: Key, urgent: bool = False, follow_up: bool = False) -> None:
         """Queue the job's reconcile; ``urgent`` for a decision of the admission round (an
-        admission, a preemption) that should be written before routine looks."""
+        admission, a preemption) that should be written before routine looks; ``follow_up``
+        for the creates an admission's reconcile left while more admissions waited (after
+        every urgent key, before routine looks: :class:`~kubeforge.runtime.queue.WorkQueue`)."""
         if self.jobs is not None:
-            self.jobs.add(key, urgent=urgent)
+            if follow_up:
+                self.jobs.add(key, follow_up=True)
+            else:
+                self.jobs.add(key, urgent=urgent)
 
     def queue_job_batched(self, key: Key) -> None:
         """Queue the job's reconcile within :data:`POD_EVENT_BATCH_SECONDS`, for a change of

@@ -156,7 +156,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         rt.event(KIND, job, type_, reason, message, at)
     _count_restart(plan)
     if _admissions_first(rt, key, plan):
-        rt.queue_job(key, urgent=True)
+        rt.queue_job(key, follow_up=True)
         return None
     await _apply(rt, job, plan)
     if plan.release:
@@ -167,10 +167,13 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
 def _admissions_first(rt: Runtime, key: Key, plan: TrainingPlan) -> bool:
     """Whether this reconcile, which has just written ``plan``'s status, leaves its creates
     and deletes to a second pass: it wrote an admission (``plan.admitted``) while other urgent
-    keys wait (the rest of an admission round). The job goes to the back of the urgent lane, so
-    every gang of a burst is ``Admitted`` (its GPUs on record, its placement visible to users
-    and GitOps tools) after one API round trip each, before any of them spends two more on its
-    claim, Service and pods. Kueue likewise records a Workload's admission before the job's
+    keys wait (the rest of an admission round). The job goes to the work queue's follow-up lane,
+    after every urgent key (the later rounds' admissions too), so every gang of a burst is
+    ``Admitted`` (its GPUs on record, its placement visible to users and GitOps tools) after
+    one API round trip each, before any of them spends two more on its claim, Service and pods.
+    With the second passes at the back of the urgent lane instead, a later round's admissions
+    waited behind the earlier ones' creates: 6.5 s from assumed to written at p50 in a burst of
+    800 on 1,024 nodes, for a write of 0.18 s. Kueue likewise records a Workload's admission before the job's
     pods exist. The second pass finds the placement in status and creates what is missing,
     as after a restart between the two; an admission is deferred at most once (the second
     pass admits nothing). In a quiet cluster (no backlog) nothing is deferred."""
