@@ -72,10 +72,10 @@ BENCH_ARGS ?=
 bench-training: setup tools
 	$(BIN)/python e2e/bench_training.py $(BENCH_ARGS)
 
-# The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kubeforge, and Kueue + JobSet
-# when the peers are built: make peers).
+# The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kube-scheduler alone, kubeforge,
+# and Kueue + JobSet when the peers are built: make peers).
 bench-training-burst: setup tools
-	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases kubeforge,kueue \
+	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases baseline,kubeforge,kueue \
 		--submit-workers 16 --phase-timeout 480 --settle 30 $(BENCH_ARGS)
 
 # The operator's CPU profile during the training bench (kubeforge phase): py-spy (PyPI) samples it,
