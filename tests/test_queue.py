@@ -17,6 +17,20 @@ async def _until(pred, tries=200):
     return pred()
 
 
+def _gated_recorder(workers, record=None):
+    """A started WorkQueue behind a gate not yet set, whose handler appends ``record(q, key)``
+    (the key itself by default) to the returned list. Call it inside the running loop."""
+    seen, gate = [], asyncio.Event()
+
+    async def handler(key):
+        seen.append(record(q, key) if record else key)
+        return None
+
+    q = WorkQueue(handler, workers=workers, name="t", gate=gate)
+    q.start()
+    return q, seen, gate
+
+
 def test_work_queue_runs_a_key_once_at_a_time_and_reruns_it_when_dirty():
     async def scenario():
         seen, gate = [], asyncio.Event()
@@ -46,14 +60,7 @@ def test_work_queue_runs_a_key_once_at_a_time_and_reruns_it_when_dirty():
 
 def test_work_queue_deduplicates_queued_keys_and_waits_for_its_gate():
     async def scenario():
-        seen, gate = [], asyncio.Event()
-
-        async def handler(key):
-            seen.append(key)
-            return None
-
-        q = WorkQueue(handler, workers=2, name="t", gate=gate)
-        q.start()
+        q, seen, gate = _gated_recorder(workers=2)
         for k in ("a", "b", "a", "a", "b"):
             q.add(k)
         await asyncio.sleep(0.05)
@@ -92,14 +99,8 @@ def test_work_queue_requeues_after_the_handler_asks_and_retries_a_failure():
 
 def test_urgent_keys_are_taken_before_the_normal_lane_and_a_queued_key_moves_up_once():
     async def scenario():
-        seen, gate = [], asyncio.Event()
-
-        async def handler(key):
-            seen.append((key, q.urgent_waiting()))
-            return None
-
-        q = WorkQueue(handler, workers=1, name="t", gate=gate)
-        q.start()
+        # each handler records the urgent keys still waiting behind it
+        q, seen, gate = _gated_recorder(workers=1, record=lambda q, key: (key, q.urgent_waiting()))
         for k in ("a", "b", "c"):
             q.add(k)
         q.add("d", urgent=True)
@@ -147,14 +148,7 @@ def test_a_timer_for_a_key_already_queued_is_dropped_and_one_for_an_idle_key_fir
     """add_after: the pod-event batch (kubeforge.runtime.state.POD_EVENT_BATCH_SECONDS) of a
     job already queued adds no second run; an idle key's timers merge into the earliest."""
     async def scenario():
-        seen, gate = [], asyncio.Event()
-
-        async def handler(key):
-            seen.append(key)
-            return None
-
-        q = WorkQueue(handler, workers=1, name="t", gate=gate)
-        q.start()
+        q, seen, gate = _gated_recorder(workers=1)
         q.add("a")
         q.add_after("a", 0.05)  # queued: its run comes first and sees everything
         q.add_after("b", 0.2)
