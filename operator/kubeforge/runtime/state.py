@@ -91,10 +91,7 @@ class Runtime:
         for the creates an admission's reconcile left while more admissions waited (after
         every urgent key, before routine looks: :class:`~kubeforge.runtime.queue.WorkQueue`)."""
         if self.jobs is not None:
-            if follow_up:
-                self.jobs.add(key, follow_up=True)
-            else:
-                self.jobs.add(key, urgent=urgent)
+            self.jobs.add(key, urgent=urgent, follow_up=follow_up)
 
     def queue_job_batched(self, key: Key) -> None:
         """Queue the job's reconcile within :data:`POD_EVENT_BATCH_SECONDS`, for a change of

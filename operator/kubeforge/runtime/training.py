@@ -173,10 +173,11 @@ def _admissions_first(rt: Runtime, key: Key, plan: TrainingPlan) -> bool:
     one API round trip each, before any of them spends two more on its claim, Service and pods.
     With the second passes at the back of the urgent lane instead, a later round's admissions
     waited behind the earlier ones' creates: 6.5 s from assumed to written at p50 in a burst of
-    800 on 1,024 nodes, for a write of 0.18 s. Kueue likewise records a Workload's admission before the job's
-    pods exist. The second pass finds the placement in status and creates what is missing,
-    as after a restart between the two; an admission is deferred at most once (the second
-    pass admits nothing). In a quiet cluster (no backlog) nothing is deferred."""
+    800 on 1,024 nodes, for a write of 0.18 s. Kueue likewise records a Workload's admission
+    before the job's pods exist. The second pass finds the placement in status and creates
+    what is missing, as after a restart between the two; an admission is deferred at most
+    once (the second pass admits nothing). In a quiet cluster (no backlog) nothing is
+    deferred."""
     return plan.admitted and rt.jobs is not None and rt.jobs.urgent_waiting(besides=key) > 0
 
 
