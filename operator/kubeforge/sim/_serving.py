@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Iterable
 
 from ._latency import Request, ServiceModel, make_request
+from .traces import AZURE_CODE, trace_path
 
 __all__ = ["AZURE_CODE_TRACE", "Key", "PodView", "SliceView", "compressed", "load_trace", "percentile",
            "rate_arrivals", "routing_view", "service_for_host", "trace_arrivals"]
 
-AZURE_CODE_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces" / "azure-llm-inference-code-2023.csv"
+AZURE_CODE_TRACE = trace_path(AZURE_CODE)
+"""The Azure LLM inference trace (code) shipped as package data (:mod:`kubeforge.sim.traces`)."""
 Key = tuple[str, str]
 
 
