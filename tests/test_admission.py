@@ -602,6 +602,18 @@ def test_groups_on_record_and_assumed_count_toward_the_desired_count():
     assert plan.ledgers[GPU].per_node == {"n0": 4}  # held 1 + assumed 1 + the two placed now
 
 
+def test_a_group_draining_for_a_rollout_counts_and_one_draining_for_a_scale_down_does_not():
+    """Issue 32.1: a rollout has no surge, so no group is placed beside one draining for it; a
+    group draining for a scale-down is on its way out, so a scale-up places a new one."""
+    def drained(reason):
+        return {"index": 0, "phase": "Draining", "pool": "p", "nodes": ["n0"], "gpusPerPod": 1,
+                "drainingSince": "2026-01-01T00:00:00Z", "drainFor": reason}
+    ready = {"index": 1, "phase": "Ready", "pool": "p", "nodes": ["n0"], "gpusPerPod": 1}
+    for reason, want in (("Rollout", []), ("ScaleDown", [2])):
+        svc = _svc(gpus=1, desired=2, status={"groups": [drained(reason), ready]})
+        assert [g.index for g in plan_admission(snapshot([mk_pool("p")], nodes(1), services=[svc]), NOW).groups] == want
+
+
 def test_nothing_is_placed_for_a_service_being_deleted_or_invalid():
     gone = replace(_svc("gone"), deleting=True)
     assert plan_admission(snapshot([mk_pool("p")], nodes(1), services=[gone]), NOW).groups == []

@@ -229,6 +229,48 @@ def test_a_template_change_rolls_out_one_ready_group_at_a_time_through_a_drain()
     assert not any(g.get("drainingSince") for g in groups(r).values())
 
 
+def test_a_scale_down_during_a_rollout_removes_the_group_draining_for_it_instead_of_recreating_it():
+    """Issue 32.1: 3 groups, group 0 draining for a rollout, then the user sets 2 replicas. The
+    rollout drain counts as a replica (it would come back), so the scale-down takes it: it is
+    deleted once drained, and no other group drains or goes."""
+    draining = grp(0, drainingSince=rfc3339(NOW), drainFor="Rollout")
+    rec = svc(draining, grp(1, nodes=("n2", "n3")), grp(2, nodes=("n4", "n5")), desired=3)
+    pods = group_pods(0) + [pod(1, w, node=f"n{2 + w}") for w in range(2)] + [pod(2, w, node=f"n{4 + w}") for w in range(2)]
+    nodes = {f"n{i}": Node(f"n{i}") for i in range(6)}
+    p = plan(rec, pods, desired=2, th="hash-2", load={0: 3.0}, now=NOW + 3, nodes=nodes)
+    gs = groups(p)
+    assert gs[0]["drainFor"] == "ScaleDown" and gs[0]["drainingSince"] == rfc3339(NOW)
+    assert not any(gs[i].get("drainingSince") for i in (1, 2)) and p.delete == []
+    # drained: gone, not recreated from the new template
+    rec2 = svc(grp(0, drainingSince=rfc3339(NOW), drainFor="ScaleDown"), grp(1, nodes=("n2", "n3")),
+               grp(2, nodes=("n4", "n5")), desired=2)
+    q = plan(rec2, pods, desired=2, th="hash-2", load={0: 0.0}, now=NOW + 10, nodes=nodes)
+    assert sorted(groups(q)) == [1, 2] and sorted(q.delete) == ["llm-0-0-0", "llm-0-1-0"] and q.release
+
+
+def test_a_group_draining_for_a_rollout_counts_as_a_replica_so_no_group_is_added_beside_it():
+    """No surge: with desired 2 and group 0 draining for a rollout, an admitted group for a third
+    index is not written (its GPUs go back)."""
+    rec = svc(grp(0, drainingSince=rfc3339(NOW), drainFor="Rollout"), grp(1, nodes=("n2", "n3")), desired=2)
+    a = AssumedGroup(2, PlacementRecord("p", ("n4", "n5"), "nvlink", "c1", "best fit"), 8)
+    p = plan(rec, group_pods(0) + [pod(1, w, node=f"n{2 + w}") for w in range(2)], desired=2, th="hash-2",
+             load={0: 3.0}, assumed={2: a})
+    assert sorted(groups(p)) == [0, 1] and p.release and p.written_assumed == [2]
+
+
+def test_a_draining_group_shows_phase_draining_and_is_not_counted_ready():
+    """Issue 32.2: the phases agree with readyReplicas; the phase reads back as a Ready group
+    that drains."""
+    rec = svc(grp(0), grp(1, nodes=("n2", "n3")), desired=2)
+    pods = group_pods(0) + [pod(1, w, node=f"n{2 + w}") for w in range(2)]
+    p = plan(rec, pods, desired=2, th="hash-2")
+    phases = {i: g["phase"] for i, g in groups(p).items()}
+    assert phases == {0: "Draining", 1: "Ready"} and p.status["readyReplicas"] == 1
+    again = plan(svc(*p.status["groups"], desired=2), pods, desired=2, th="hash-2", load={0: 2.0}, now=NOW + 5)
+    assert groups(again)[0]["phase"] == "Draining" and groups(again)[0]["drainFor"] == "Rollout"
+    assert again.status["readyReplicas"] == 1 and again.delete == []
+
+
 # --------------------------------------------------------------------------- leftovers
 
 

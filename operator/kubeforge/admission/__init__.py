@@ -11,7 +11,7 @@ from kubeforge.admission._plan import (
     BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, PlaceGroup, Wait, awaiting_admission, candidate_pools,
     first_pool_index, gang_request, plan_admission, queued_since,
 )
-from kubeforge.admission._ordering import entry_order, queue_order, service_order
+from kubeforge.admission._ordering import entry_order, queue_order, scale_down_order, service_order
 from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, pool_members, pool_view
 from kubeforge.admission._request import (
     GroupShape, clique_level, group_request, group_shape, multi_node, nvlink_request, own_anti_affinity,
@@ -28,7 +28,7 @@ from kubeforge.admission._snapshot import (
 )
 
 __all__ = [
-    "groups_that_fit", "entry_order", "queue_order", "service_order", "victim_order",
+    "groups_that_fit", "entry_order", "queue_order", "scale_down_order", "service_order", "victim_order",
     "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",

@@ -8,12 +8,14 @@ Pure: each takes what it orders and returns a new list; nothing is changed in pl
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
-from kubeforge.objects import InferenceServiceRecord
+from kubeforge.api import GroupPhase
+from kubeforge.objects import GroupRecord, InferenceServiceRecord
 from kubeforge.placement import PendingGang
 
 S = TypeVar("S", bound=InferenceServiceRecord)
+_FAILED, _READY = GroupPhase.FAILED.value, GroupPhase.READY.value
 
 
 def queue_order(queue: Sequence[PendingGang]) -> list[PendingGang]:
@@ -36,3 +38,33 @@ def service_order(services: Iterable[S]) -> list[S]:
     """InferenceServices whose replica groups want nodes: oldest first (creation time, then
     namespace and name), after every gang of the round."""
     return sorted(services, key=lambda s: (s.created, s.namespace, s.name))
+
+
+def scale_down_order(groups: Iterable[GroupRecord], load: Mapping[int, float]) -> list[GroupRecord]:
+    """The order a service's groups are removed in on a scale-down, cheapest loss first (the
+    ReplicaSet controller's ``ActivePodsWithRanks``: unassigned before assigned, not ready
+    before ready, then the least busy):
+
+    1. failed groups (they hold nothing);
+    2. groups waiting for nodes (nothing started);
+    3. groups draining for a rollout (already out of the Service: they are then deleted once
+       drained instead of being recreated);
+    4. starting groups (they serve nothing yet);
+    5. Ready groups, the fewest running requests first (``load``: running requests by group index;
+       a group missing there counts as the busiest), then the highest index.
+
+    Args:
+        groups: The groups that count as replicas (:attr:`GroupRecord.leaving` False).
+        load: Running requests per group index, where known.
+    """
+    def rank(g: GroupRecord) -> tuple[int, float, int]:
+        if g.phase == _FAILED:
+            return 0, 0.0, -g.index
+        if not g.nodes:
+            return 1, 0.0, -g.index
+        if g.draining_since is not None:
+            return 2, 0.0, -g.index
+        if g.phase != _READY:
+            return 3, 0.0, -g.index
+        return 4, load.get(g.index, float("inf")), -g.index
+    return sorted(groups, key=rank)

@@ -12,9 +12,9 @@ from typing import Any, Generic, Mapping, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kubeforge.api import (
-    GPUPoolSpec, GroupPhase, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
+    DrainReason, GPUPoolSpec, GroupPhase, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
 )
-from kubeforge.api._base import to_plain
+from kubeforge.api import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
 from kubeforge.objects._node import _time
 from kubeforge.objects._pod import replica_requests
@@ -240,12 +240,27 @@ class GroupRecord:
         """Whether the group holds GPUs (it has nodes and has not failed)."""
         return bool(self.nodes) and self.phase != GroupPhase.FAILED.value
 
+    @property
+    def leaving(self) -> bool:
+        """Whether the group is on its way out: draining for a scale-down. A group draining for a
+        rollout is not: it comes back from the new template, so it still counts as one of the
+        service's replicas (for the scale-down, admission and the next group's index)."""
+        return self.draining_since is not None and self.drain_for != DrainReason.ROLLOUT.value
+
 
 def _int_of(value: Any, default: int = 0) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _group_phase(g: Mapping[str, Any]) -> str:
+    """A group's phase as the decisions keep it: ``Draining`` is written for a group that left the
+    Service (``drainingSince``), so ``kubectl`` shows the same count as ``readyReplicas``; only a
+    Ready group is ever drained, so it is read back as Ready with ``draining_since`` set."""
+    phase = str(g.get("phase") or GroupPhase.STARTING.value)
+    return GroupPhase.READY.value if phase == GroupPhase.DRAINING.value else phase
 
 
 def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
@@ -256,7 +271,7 @@ def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
         if not isinstance(g, Mapping) or g.get("index") is None:
             continue
         out.append(GroupRecord(
-            index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=str(g.get("phase") or GroupPhase.STARTING.value),
+            index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=_group_phase(g),
             pool=str(g.get("pool") or ""), nodes=tuple(str(n) for n in g.get("nodes") or ()),
             gpus_per_pod=_int_of(g.get("gpusPerPod")), level=g.get("level"), domain=g.get("domain"),
             template_hash=g.get("templateHash"), admitted_at=_time(g.get("admittedAt")),

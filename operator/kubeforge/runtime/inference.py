@@ -199,7 +199,7 @@ async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: i
     """Running requests per group, from its leader pod's series: read only while a group drains
     or a scale-down has to choose which to drain (the least loaded)."""
     groups = groups_of(rec.status)
-    active = sum(1 for g in groups if g.draining_since is None)
+    active = sum(1 for g in groups if not g.leaving)
     if not any(g.draining_since is not None for g in groups) and desired >= active:
         return {}
     a = rec.spec.autoscaling  # type: ignore[union-attr]
@@ -252,7 +252,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     groups = groups_of(rec.status)
     assumed = cache.assumed_groups_of(key)
     holding = sum(1 for g in groups if g.holds) + sum(1 for i in assumed if i not in {g.index for g in groups})
-    current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if g.draining_since is None)))
+    current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if not g.leaving)))
     interval = float(spec.autoscaling.polling_interval_seconds)
     if mem.decision is None or mem.generation != rec.generation or now - (mem.decided_at or 0) >= interval:
         q, signals = await _query(rt, rec)

@@ -29,8 +29,10 @@ Per group, in order (the first rule that acts decides):
    Ready) and it is ``Ready`` once every pod runs and the leader is Ready.
 
 Then, for the service: admission's new groups are written; the count goes to the desired one
-(failed groups keep their index, as LeaderWorkerSet's; a scale-down removes failed groups, then
-groups not yet placed, then starting ones, then drains the least-loaded Ready ones); a stale
+(failed groups keep their index, as LeaderWorkerSet's, and a group draining for a rollout counts,
+since it comes back; a scale-down removes failed groups, then groups not yet placed, then turns
+rollout drains into scale-down drains, then removes starting groups, then drains the
+least-loaded Ready ones: :func:`kubeforge.admission.scale_down_order`); a stale
 template rolls out one group at a time with no surge (recreated in place when its shape is the
 same, so its GPUs stay reserved); the endpoints are the Ready leaders not draining.
 """
@@ -50,9 +52,10 @@ from kubeforge.objects import (
     REPLICAS_READY, ROLLING_OUT, SCALED_TO_ZERO, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
     GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason,
 )
-from kubeforge.admission import AssumedGroup, GroupShape
+from kubeforge.admission import AssumedGroup, GroupShape, scale_down_order
 
 READY, STARTING, FAILED = GroupPhase.READY.value, GroupPhase.STARTING.value, GroupPhase.FAILED.value
+DRAINING_PHASE = GroupPhase.DRAINING.value
 SCALE_DOWN, ROLLOUT = DrainReason.SCALE_DOWN.value, DrainReason.ROLLOUT.value
 
 # The names this module first exported the group reasons under (kubeforge.serving's API).
@@ -132,8 +135,10 @@ class ServingPlan:
 
 
 def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
-    """``status.groups[]`` entry of a group."""
-    out: dict[str, Any] = {"index": g.index, "attempt": g.attempt, "phase": g.phase, "nodes": list(g.nodes),
+    """``status.groups[]`` entry of a group. A group out of the Service (draining) shows phase
+    ``Draining``, so the phases agree with ``readyReplicas``, which leaves it out."""
+    phase = DRAINING_PHASE if g.draining_since is not None else g.phase
+    out: dict[str, Any] = {"index": g.index, "attempt": g.attempt, "phase": phase, "nodes": list(g.nodes),
                            "gpusPerPod": g.gpus_per_pod, "restarts": g.restarts,
                            "startupFailures": g.startup_failures}
     for key, value in (("pool", g.pool or None), ("level", g.level), ("domain", g.domain),
@@ -331,7 +336,7 @@ class _Step:
     def admit(self, groups: dict[int, GroupRecord]) -> None:
         """Write the groups admission placed (as many as are still wanted)."""
         ctx = self.ctx
-        count = sum(1 for g in groups.values() if g.draining_since is None and (g.holds or g.phase == FAILED))
+        count = sum(1 for g in groups.values() if not g.leaving and (g.holds or g.phase == FAILED))
         for index, a in sorted(ctx.assumed.items()):
             self.plan.written_assumed.append(index)
             old = groups.get(index)
@@ -354,17 +359,21 @@ class _Step:
             count += 1
 
     def scale(self, groups: dict[int, GroupRecord]) -> None:
-        """Bring the count (failed groups included) down to the desired one."""
+        """Bring the count (failed groups and groups draining for a rollout included) down to the
+        desired one, in :func:`~kubeforge.admission.scale_down_order`: a group draining for a
+        rollout is turned into a scale-down drain (deleted once drained, not recreated), a Ready
+        one starts draining, any other is deleted at once."""
         ctx = self.ctx
-        active = [g for g in groups.values() if g.draining_since is None]
+        active = [g for g in groups.values() if not g.leaving]
         excess = len(active) - ctx.desired
         if excess <= 0:
             return
-        order = sorted(active, key=lambda g: (
-            0 if g.phase == FAILED else 1 if not g.nodes else 2 if g.phase != READY else 3,
-            ctx.load.get(g.index, float("inf")) if g.phase == READY else 0, -g.index))
-        for g in order[:excess]:
-            if g.phase == READY:
+        for g in scale_down_order(active, ctx.load)[:excess]:
+            if g.draining_since is not None:
+                self.event(NORMAL, DRAINING, f"group {g.index} was draining for the rollout: it is deleted once "
+                           f"drained instead of recreated (scale-down to {ctx.desired})")
+                groups[g.index] = replace(g, drain_for=SCALE_DOWN)
+            elif g.phase == READY:
                 self.event(NORMAL, DRAINING, f"group {g.index} leaves the Service and is deleted once its running "
                            f"requests are done (at most {self.spec.drain_seconds}s): scale-down to {ctx.desired}")
                 groups[g.index] = replace(g, draining_since=ctx.now, drain_for=SCALE_DOWN)
