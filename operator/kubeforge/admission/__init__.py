@@ -18,9 +18,10 @@ from kubeforge.admission._request import (
 )
 from kubeforge.admission._quota import UNLISTED, QuotaBook, quota_book
 from kubeforge.admission._victims import (
-    HIGHER_PRIORITY, QUOTA_RECLAIM, Victim, choose_victims, lost_work, preemption_message, victim_order,
+    HIGHER_PRIORITY, QUOTA_RECLAIM, Victim, WorkLost, checkpoint_age, choose_victims, eligible_victims, lost_work,
+    preemption_message, run_time, victim_order,
 )
-from kubeforge.admission._round import Preempt
+from kubeforge.admission._round import AdmissionRules, Preempt
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
@@ -32,6 +33,7 @@ __all__ = [
     "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
+    "AdmissionRules", "WorkLost", "checkpoint_age", "eligible_victims", "run_time",
     "quota_book",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",

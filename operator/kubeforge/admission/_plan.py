@@ -5,7 +5,7 @@ against the ledger minus everything admitted before it in the same round (Kueue'
 ``BestEffortFIFO``: a gang that does not fit waits and smaller ones behind it still run). The
 order is Kueue's scheduler's: gangs that fit within their team's nominal quota first, then
 priority, then age. A borrower served before a team's own job would be the first thing that
-team reclaims: in a replay of the Alibaba trace (``e2e/bench_preemption.py``) priority-first
+team reclaims: in a replay of the Alibaba trace (``e2e/bench/preemption.py``) priority-first
 order cost several times the preemptions. Then InferenceService replica groups (one or more
 pods, each group whole or not at all, inside one domain) get nodes from what is left: serving
 never takes GPUs promised to a gang whose pods are still being created, and gangs, which waited
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kubeforge.admission._ledger import Ledger, build_ledgers
-from kubeforge.admission._round import Admit, Preempt, Round, Wait
+from kubeforge.admission._round import Admit, AdmissionRules, Preempt, Round, Wait
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.admission._request import gang_request
@@ -29,7 +29,6 @@ from kubeforge.objects import (
     TERMINAL_JOB_PHASES, Key, condition, condition_time, status_time,
 )
 from kubeforge.admission._groups import PlaceGroup, place_groups
-from kubeforge.admission._ordering import entry_order
 from kubeforge.placement import PendingGang
 
 
@@ -183,7 +182,8 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     return None
 
 
-def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None) -> AdmissionPlan:
+def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None,
+                   rules: AdmissionRules | None = None) -> AdmissionPlan:
     """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
     node; see the module docstring for the order and the rules.
 
@@ -194,6 +194,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         memo: The previous round's :class:`AdmissionMemo` (updated in place), so gangs that
             did not fit are not placed again until a node of their pools got freer. None:
             every gang is placed from scratch (same answers, more CPU).
+        rules: The queue order and victim choice (:class:`AdmissionRules`); None: kubeforge's
+            own. A seam for benches and tests that compare with other rules.
 
     Returns:
         An :class:`AdmissionPlan`; deciding changes nothing in ``snapshot``.
@@ -204,7 +206,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node,
                                      memo.views.get(name))
     memo.views = dict(plan.views)
-    rnd = Round(snapshot, now, plan.ledgers, plan.views)
+    rules = rules if rules is not None else AdmissionRules()
+    rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules)
     taken = rnd.taken
 
     by_key: dict[str, JobView] = {}
@@ -229,7 +232,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
                                      job.record.created))
     memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})
     waits = {}
-    for pending in entry_order(queue, lambda p: rnd.borrows(by_key[p.key], p.request.gpus)):
+    for pending in rules.entry_order(queue, lambda p: rnd.borrows(by_key[p.key], p.request.gpus)):
         job = by_key[pending.key]
         spec = job.record.spec
         assert spec is not None

@@ -4,9 +4,10 @@ running gangs that could be preempted, and the decision for one gang."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
 from kubeforge.admission._ledger import Ledger
+from kubeforge.admission._ordering import entry_order
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
@@ -17,7 +18,7 @@ from kubeforge.objects import (
     INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
     Key, PlacementRecord, gpu_request_conflict,
 )
-from kubeforge.placement import GangRequest, NoFit, Placement, place_gang
+from kubeforge.placement import GangRequest, NoFit, PendingGang, Placement, place_gang
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,24 @@ class Preempt:
     gpus_by_node: Mapping[str, int]
 
 
+@dataclass(frozen=True)
+class AdmissionRules:
+    """The order a round tries waiting gangs in and how it chooses victims: kubeforge's own by
+    default, which is all the runtime ever uses. A documented seam for benches and tests that
+    replay the same arrivals under other rules (``e2e/bench/preemption.py``: kubeforge's old
+    priority-only queue, Kueue's victim order; ``e2e/bench/nvl72.py``: a topology-blind victim
+    choice), passed to :func:`~kubeforge.admission.plan_admission`.
+
+    Attributes:
+        entry_order: ``(queue, borrows) -> queue``, as :func:`~kubeforge.admission.entry_order`.
+        choose_victims: Called as :func:`~kubeforge.admission.choose_victims` is, with the same
+            arguments and the same answer: ``(victims, placement)`` or None.
+    """
+
+    entry_order: Callable[[Sequence[PendingGang], Callable[[PendingGang], bool]], list[PendingGang]] = entry_order
+    choose_victims: Callable[..., tuple[list[Victim], Placement] | None] = choose_victims
+
+
 @dataclass
 class Round:
     """The state one :func:`~kubeforge.admission.plan_admission` call threads through its
@@ -64,6 +83,7 @@ class Round:
     books: dict[str, QuotaBook] = field(default_factory=dict)
     running: dict[str, list[JobView]] = field(default_factory=dict)
     in_flight: set[Key] = field(default_factory=set)
+    rules: AdmissionRules = field(default_factory=AdmissionRules)
 
     def __post_init__(self) -> None:
         self.taken = {r: {} for r in self.ledgers}
@@ -192,8 +212,8 @@ class Round:
         view, book = self.views.get(pool), self.books.get(pool)
         if view is None or book is None or book.refusal(job.record.namespace, request.gpus):
             return None
-        chosen = choose_victims(job, request, view, book, self.running[pool], self.taken[view.resource],
-                                frozenset(self.in_flight), self.now)
+        chosen = self.rules.choose_victims(job, request, view, book, self.running[pool], self.taken[view.resource],
+                                           frozenset(self.in_flight), self.now)
         if chosen is None:
             return None
         victims, placement = chosen

@@ -32,7 +32,7 @@ whose team stays within its nominal quota.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import UNLISTED, QuotaBook
@@ -86,15 +86,23 @@ def checkpoint_age(job: JobView, now: float) -> float:
     return max(0.0, now - since)
 
 
-def victim_order(candidates: Sequence[tuple[JobView, str]], now: float) -> list[tuple[JobView, str]]:
+WorkLost = Callable[[JobView, float], float]
+"""``(running job, now) -> seconds of work it would lose if stopped now``: :func:`checkpoint_age`
+for kubeforge. The ``cost`` of :func:`victim_order`, :func:`lost_work` and
+:func:`choose_victims`; a bench models Kueue, which does not read checkpoints, with a cost of 0
+(``e2e/bench/preemption.py``)."""
+
+
+def victim_order(candidates: Sequence[tuple[JobView, str]], now: float,
+                 cost: WorkLost = checkpoint_age) -> list[tuple[JobView, str]]:
     """Preemption candidates ``(job, reason)`` in the order victims are taken: cheapest GPUs
-    first, i.e. the least work lost per GPU freed (:func:`checkpoint_age`, seconds), then the
-    lowest priority, then the newest (Kueue's ``candidatesOrdering`` takes the lowest priority
-    first, then the most recently admitted; kubeforge puts the lost work first). Greedy by cost
-    per unit freed loses far less in all than by the product, which keeps picking small,
-    just-restarted gangs that are soon reclaimed again: replaying the Alibaba trace
-    (e2e/bench_preemption.py, seed 7), 25 GPU-hours lost in 188 preemptions against 75 in 753."""
-    return sorted(candidates, key=lambda c: (checkpoint_age(c[0], now), c[0].record.spec.priority,  # type: ignore[union-attr]
+    first, i.e. the least work lost per GPU freed (``cost``, by default :func:`checkpoint_age`,
+    seconds), then the lowest priority, then the newest (Kueue's ``candidatesOrdering`` takes the
+    lowest priority first, then the most recently admitted; kubeforge puts the lost work first).
+    Greedy by cost per unit freed loses far less in all than by the product, which keeps picking
+    small, just-restarted gangs that are soon reclaimed again: replaying the Alibaba trace
+    (e2e/bench/preemption.py, seed 7), 25 GPU-hours lost in 188 preemptions against 75 in 753."""
+    return sorted(candidates, key=lambda c: (cost(c[0], now), c[0].record.spec.priority,  # type: ignore[union-attr]
                                              -c[0].record.created))
 
 
@@ -105,17 +113,24 @@ def run_time(job: JobView, now: float) -> float:
     return max(0.0, now - start) if start is not None else 0.0
 
 
-def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAME) -> float:
-    """GPU-seconds a running gang would lose if stopped now: :func:`checkpoint_age` times the
-    GPUs of ``resource`` it holds (:func:`kubeforge.objects.rank_gpus` per node)."""
+def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAME,
+              cost: WorkLost = checkpoint_age) -> float:
+    """GPU-seconds a running gang would lose if stopped now: ``cost`` (by default
+    :func:`checkpoint_age`) times the GPUs of ``resource`` it holds
+    (:func:`kubeforge.objects.rank_gpus` per node)."""
     spec, pl = job.record.spec, job.placement
     if spec is None or pl is None:
         return 0.0
-    return checkpoint_age(job, now) * len(pl.nodes) * rank_gpus(job.record, resource)
+    return cost(job, now) * len(pl.nodes) * rank_gpus(job.record, resource)
 
 
-def _eligible(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
-              in_flight: frozenset[Key], now: float) -> list[tuple[JobView, str]]:
+def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
+                     in_flight: frozenset[Key], now: float) -> list[tuple[JobView, str]]:
+    """The running gangs the rules (module docstring) let ``preemptor`` stop to get ``gpus``
+    GPUs, each with its reason (:data:`HIGHER_PRIORITY` or :data:`QUOTA_RECLAIM`), unordered;
+    ``in_flight`` gangs (already being preempted) and gangs younger than the pool's
+    ``minRuntimeSeconds`` are left out. :func:`choose_victims` chooses among them; a bench
+    modelling another victim choice starts from them too."""
     spec = preemptor.record.spec
     assert spec is not None
     team = book.team(preemptor.record.namespace)
@@ -156,7 +171,7 @@ def _domain_level(request: GangRequest, view: PoolView):
 
 def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, book: QuotaBook,
                    running: Sequence[JobView], taken: Mapping[str, int], in_flight: frozenset[Key],
-                   now: float) -> tuple[list[Victim], Placement] | None:
+                   now: float, cost: WorkLost = checkpoint_age) -> tuple[list[Victim], Placement] | None:
     """The fewest running gangs whose GPUs, once freed, let ``preemptor`` be placed, chosen to
     lose the least work; None when the rules allow no such set. A gang that must stay inside one
     domain gets victims of one domain only: the domain whose victims lose the least work in all
@@ -171,28 +186,29 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
         taken: GPUs per node already promised in this round (and nominated to others).
         in_flight: Jobs already being preempted (never chosen twice).
         now: Unix seconds.
+        cost: The work a victim loses, seconds (:data:`WorkLost`; :func:`checkpoint_age`).
 
     Returns:
         (victims in the order they were chosen, the placement the preemptor would get), or None.
     """
     gpus = request.gpus
-    candidates = _eligible(preemptor, gpus, book, running, in_flight, now)
+    candidates = eligible_victims(preemptor, gpus, book, running, in_flight, now)
     if not candidates:
         return None
     free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
     if free + sum(len(v.placement.nodes) * rank_gpus(v.record, view.resource) for v, _ in candidates) < gpus:  # type: ignore[union-attr]
         return None  # even every candidate would not make room
-    candidates = victim_order(candidates, now)
+    candidates = victim_order(candidates, now, cost)
     level = _domain_level(request, view)
     if level is None:
-        return _select(candidates, request, view, book, taken, now, None)
+        return _select(candidates, request, view, book, taken, now, None, cost)
     best = None
     for domain, members in sorted(_by_domain(view, level.node_label).items()):
         names = frozenset(members)
         mine = [c for c in candidates if names.intersection(c[0].placement.nodes)]  # type: ignore[union-attr]
         if not mine:
             continue
-        got = _select(mine, request, view, book, taken, now, names)
+        got = _select(mine, request, view, book, taken, now, names, cost)
         if got is None:
             continue
         key = (sum(v.lost_gpu_seconds for v in got[0]), len(got[0]), domain)
@@ -211,7 +227,8 @@ def _by_domain(view: PoolView, label: str) -> dict[str, list[str]]:
 
 
 def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: PoolView, book: QuotaBook,
-            taken: Mapping[str, int], now: float, only: frozenset[str] | None) -> tuple[list[Victim], Placement] | None:
+            taken: Mapping[str, int], now: float, only: frozenset[str] | None,
+            cost: WorkLost = checkpoint_age) -> tuple[list[Victim], Placement] | None:
     """Greedy in ``candidates``' order until the gang fits (on the nodes of ``only`` when given),
     then drop every victim the placement does not need."""
     used = dict(book.used)
@@ -226,7 +243,7 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
         by_node: dict[str, int] = {}
         for n in v.placement.nodes:  # type: ignore[union-attr]
             by_node[n] = by_node.get(n, 0) + per
-        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource), by_node))
+        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource, cost), by_node))
         for n, g in by_node.items():
             freed[n] = freed.get(n, 0) + g
         used[vteam] = used.get(vteam, 0) - sum(by_node.values())
