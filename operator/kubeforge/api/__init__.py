@@ -25,7 +25,7 @@ from ._activation import (
     QUEUE_LIMIT_ANNOTATION,
     Activation,
 )
-from ._base import KubeModel
+from ._base import MAX_LABEL_LENGTH, KubeModel, name_error, to_plain
 from ._core import (
     Condition,
     ConditionStatus,
@@ -87,6 +87,7 @@ from ._parse import (
     spec_error,
 )
 from ._trainingjob import (
+    MAX_JOB_NAME_LENGTH,
     AccessMode,
     Checkpoint,
     DeletionPolicy,
@@ -110,6 +111,10 @@ __all__ = [
     "GROUP",
     "VERSION",
     "KubeModel",
+    # names and plain data (shared with the runtime and the object models)
+    "MAX_LABEL_LENGTH",
+    "name_error",
+    "to_plain",
     # core types
     "Condition",
     "ConditionStatus",
@@ -143,6 +148,7 @@ __all__ = [
     "TopologyDomain",
     "TopologyLevel",
     # TrainingJob
+    "MAX_JOB_NAME_LENGTH",
     "AccessMode",
     "Checkpoint",
     "DeletionPolicy",

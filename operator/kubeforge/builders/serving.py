@@ -38,9 +38,8 @@ import json
 import shlex
 from typing import Any, Mapping, Sequence
 
-from kubeforge.api import Engine, InferenceServiceSpec
-from kubeforge.api._activation import (
-    ENDPOINT_PORT_NAME, ENDPOINTS_ACTIVATOR, ENDPOINTS_LABEL, ENDPOINTS_REPLICAS,
+from kubeforge.api import (
+    ENDPOINT_PORT_NAME, ENDPOINTS_ACTIVATOR, ENDPOINTS_LABEL, ENDPOINTS_REPLICAS, Engine, InferenceServiceSpec,
 )
 from kubeforge.builders.common import owner_reference
 from kubeforge.builders.training import WORKERS_SERVICE

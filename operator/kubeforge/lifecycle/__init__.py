@@ -16,7 +16,7 @@ from kubeforge.lifecycle._plan import (
 from kubeforge.lifecycle._startup import own_constraint_cause, waits_for_volume
 from kubeforge.lifecycle._stop import back_to_admission, fail_job
 from kubeforge.lifecycle._training import plan_training
-from kubeforge.lifecycle._volume import claim_wait
+from kubeforge.lifecycle._volume import OUR_GATES, claim_wait
 from kubeforge.objects import (  # the ComputeDomainReady and volume reasons, where they were first exported
     COMPUTE_DOMAIN_PENDING, COMPUTE_DOMAIN_READY, GANG_NOT_PLACED, IMEX_DAEMONS_NOT_READY, IMEX_DAEMONS_READY,
     VOLUME_NOT_BOUND,
@@ -25,7 +25,7 @@ from kubeforge.objects import (  # the ComputeDomainReady and volume reasons, wh
 __all__ = [
     "COMPUTE_DOMAIN_PENDING", "COMPUTE_DOMAIN_READY", "GANG_NOT_PLACED", "IMEX_DAEMONS_NOT_READY",
     "IMEX_DAEMONS_READY", "compute_domain_policy",
-    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "VOLUME_NOT_BOUND",
+    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "OUR_GATES", "SCHEDULE_TIMEOUT", "VOLUME_NOT_BOUND",
     "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "RestartCause", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "back_to_admission",
     "backoff", "checkpoint_from", "disruption_reasons", "fail_job", "own_constraint_cause", "plan_training",

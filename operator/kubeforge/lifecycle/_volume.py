@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kubeforge.objects import GANG_GATE, Pod, TrainingJobRecord
-from kubeforge.objects._labels import VOLUME_GATE
+from kubeforge.objects import GANG_GATE, VOLUME_GATE, Pod, TrainingJobRecord
 
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 """``volumeBindingMode`` of a StorageClass whose claims bind once a pod using them is scheduled."""

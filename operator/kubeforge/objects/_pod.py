@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from kubeforge.api._base import to_plain
+from kubeforge.api import to_plain
 from kubeforge.objects._labels import (
     ADMISSION_GATE, ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
     WORKER_INDEX,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from kubeforge.api._activation import ENDPOINT_PORT_NAME
+from kubeforge.api import ENDPOINT_PORT_NAME
 from kubeforge.runtime.state import Runtime, every
 
 log = logging.getLogger("kubeforge.activator")

@@ -23,9 +23,9 @@ from typing import Any
 import kopf
 
 from kubeforge import GROUP, VERSION
-from kubeforge.api import InferenceServiceSpec, TrainingJobSpec, GPUPoolSpec
-from kubeforge.api._base import MAX_LABEL_LENGTH, name_error
-from kubeforge.api._trainingjob import MAX_JOB_NAME_LENGTH
+from kubeforge.api import (
+    MAX_JOB_NAME_LENGTH, MAX_LABEL_LENGTH, GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec, name_error,
+)
 from kubeforge.objects import (
     ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s,
     compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,

@@ -21,9 +21,10 @@ from kubeforge import metrics
 from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
-from kubeforge.lifecycle import CreateError, RestartCause, TrainingContext, TrainingPlan, claim_wait, plan_training
+from kubeforge.lifecycle import (
+    OUR_GATES, CreateError, RestartCause, TrainingContext, TrainingPlan, claim_wait, plan_training,
+)
 from kubeforge.admission import gang_request
-from kubeforge.lifecycle._volume import OUR_GATES
 from kubeforge.objects import (
     RESUMED, RUNNING, SPEC_CHANGED, SUCCEEDED, SUSPENDED, VOLUME_GATE, WARNING, Key, Pod, TrainingJobRecord,
     current_attempt, placement_of, rank_gpus,
