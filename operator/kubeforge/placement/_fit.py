@@ -1,85 +1,20 @@
-"""Gang fitting: choose a topology domain and nodes for a gang, best fit first."""
+"""Gang fitting: choose a topology domain and nodes for a gang, best fit first.
+
+The shared pieces (candidates, the per-node best fit, NoFit reasons) live in :mod:`._gang`;
+gangs of whole free nodes are placed by :mod:`._whole`.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
+from ._gang import Cand, Choice, candidates, greedy, level_nofit, placement, plural, pool_nofit
 from ._misfit import needs_misfit, needs_nofit_reason, spread_violation
 from ._model import GangRequest, NodeInfo, NoFit, Placement, Result, TopologyLevel
-from ._topology import check_levels, domain_path, find_level, group_by_domain, level_names
+from ._topology import check_levels, find_level, level_names
+from ._whole import place_whole_nodes
 
 _EMPTY: Mapping[str, int] = {}
-
-
-class _Cand(NamedTuple):
-    """A usable node with its free GPUs after reservations and whole-replica slots (a plain
-    tuple: thousands are made per admission round)."""
-
-    node: NodeInfo
-    free: int
-    slots: int
-    path: tuple[tuple[int, str], ...]
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-
-Choice = dict[str, int]  # node name -> replicas placed on it
-
-
-def _candidates(
-    request: GangRequest,
-    nodes: Sequence[NodeInfo],
-    levels: Sequence[TopologyLevel],
-    reserved: Mapping[str, int],
-) -> list[_Cand]:
-    cands = []
-    g = request.gpus_per_replica
-    key = tuple(levels)
-    avoid = request.avoid_nodes
-    tolerations = request.tolerations
-    for node in nodes:
-        if (avoid and node.name in avoid) or not node.usable_for(tolerations):
-            continue
-        free = node.gpus_allocatable - node.gpus_allocated - max(0, reserved.get(node.name, 0))
-        free = free if free > 0 else 0
-        cached = node.path
-        path = cached[1] if cached is not None and cached[0] == key else domain_path(node, levels)
-        slots = free // g
-        if request.whole_nodes and (node.gpus_allocated > 0 or free < node.gpus_allocatable):
-            slots = 0  # a node shared with other work cannot join the gang's IMEX domain
-        if request.one_per_node and slots > 1:
-            slots = 1  # the template's own hostname anti-affinity: one rank per node
-        cands.append(_Cand(node, free, slots, path))
-    return cands
-
-
-def _greedy(cands: Sequence[_Cand], replicas: int, gpus: int) -> Choice | None:
-    """Best-fit node choice over ``cands``, or ``None`` when they lack room.
-
-    While replicas remain: if some node can take all remaining ones, take the node that
-    is left with the fewest free GPUs after doing so (exact fits first); otherwise fill
-    the node with the most replica slots (fewest nodes), preferring the one whose free
-    GPUs are used up exactly. Ties go by topology path, then node name.
-    """
-    pool = [c for c in cands if c.slots > 0]
-    if sum(c.slots for c in pool) < replicas:
-        return None
-    choice: Choice = {}
-    remaining = replicas
-    while remaining > 0:
-        finishing = [c for c in pool if c.slots >= remaining]
-        if finishing:
-            best = min(finishing, key=lambda c: (c.free - remaining * gpus, c.path, c.name))
-            take = remaining
-        else:
-            best = min(pool, key=lambda c: (-c.slots, c.free - c.slots * gpus, c.path, c.name))
-            take = best.slots
-        choice[best.name] = take
-        pool.remove(best)
-        remaining -= take
-    return choice
 
 
 Best = tuple[tuple[int, int, str], str, Choice, int]
@@ -88,7 +23,7 @@ in the domain, nodes touched, domain name)."""
 
 
 def _best_domain(
-    cands: Sequence[_Cand],
+    cands: Sequence[Cand],
     level: TopologyLevel,
     narrower: Sequence[TopologyLevel],
     replicas: int,
@@ -103,7 +38,7 @@ def _best_domain(
     """
     slots: dict[str, int] = {}
     free: dict[str, int] = {}
-    groups: dict[str, list[_Cand]] = {}
+    groups: dict[str, list[Cand]] = {}
     label = level.node_label
     for cand in cands:
         value = cand.node.labels.get(label)
@@ -129,44 +64,14 @@ def _best_domain(
 
 
 def _place_within(
-    cands: Sequence[_Cand], narrower: Sequence[TopologyLevel], replicas: int, gpus: int
+    cands: Sequence[Cand], narrower: Sequence[TopologyLevel], replicas: int, gpus: int
 ) -> Choice | None:
     """Choose nodes among ``cands``, inside one domain of the narrowest level that fits."""
     for level in narrower:
         best, _, _ = _best_domain(cands, level, (), replicas, gpus)
         if best is not None:
             return best[2]
-    return _greedy(cands, replicas, gpus)
-
-
-def _ranked(choice: Choice, cands: Sequence[_Cand]) -> tuple[str, ...]:
-    """Node names, one per replica, ordered by (topology path, node name)."""
-    path = {c.node.name: c.path for c in cands if c.node.name in choice}
-    order = sorted(choice, key=lambda n: (path[n], n))
-    return tuple(n for n in order for _ in range(choice[n]))
-
-
-def _placement(
-    choice: Choice,
-    cands: Sequence[_Cand],
-    request: GangRequest,
-    level: str | None,
-    domain: str | None,
-    reason: str,
-) -> Placement:
-    nodes = _ranked(choice, cands)
-    gpus_by_node = {n: choice[n] * request.gpus_per_replica for n in dict.fromkeys(nodes)}
-    return Placement(
-        level=level, domain=domain, nodes=nodes, gpus_by_node=gpus_by_node, reason=reason
-    )
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _need(request: GangRequest) -> str:
-    return f"{request.gpus} GPUs ({request.replicas} x {request.gpus_per_replica})"
+    return greedy(cands, replicas, gpus)
 
 
 def _others(count: int) -> str:
@@ -181,96 +86,13 @@ def _domain_reason(level: str, best: Best, n_fitting: int, request: GangRequest)
     return (
         f"best fit: {level} domain {name} leaves {left} of its {free} free GPUs "
         f"({_others(n_fitting - 1)}); {request.replicas} x {request.gpus_per_replica} GPUs "
-        f"on {_plural(len(choice), 'node')}"
+        f"on {plural(len(choice), 'node')}"
     )
 
 
-def _pool_leftover(choice: Choice, cands: Sequence[_Cand], request: GangRequest) -> int:
+def _pool_leftover(choice: Choice, cands: Sequence[Cand], request: GangRequest) -> int:
     free = {c.name: c.free for c in cands}
     return sum(free[n] - k * request.gpus_per_replica for n, k in choice.items())
-
-
-def _slots_capacity(nodes: Sequence[NodeInfo], gpus: int, one_per_node: bool = False) -> int:
-    return sum(min(n.gpus_allocatable // gpus, 1) if one_per_node else n.gpus_allocatable // gpus for n in nodes)
-
-
-def _pool_nofit(
-    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[_Cand], where: str
-) -> NoFit:
-    g = request.gpus_per_replica
-    most = _slots_capacity(nodes, g, request.one_per_node)
-    if most < request.replicas:
-        return NoFit(
-            reason=(
-                f"needs {_need(request)} {where}; even with every node empty the pool holds "
-                f"{_plural(most, 'replica')} ({most * g} GPUs)"
-            ),
-            level=None,
-            gpus_short=(request.replicas - most) * g,
-            permanent=True,
-        )
-    room = sum(c.slots for c in cands)
-    short = (request.replicas - min(room, request.replicas)) * g
-    return NoFit(
-        reason=(
-            f"needs {_need(request)} {where}; usable nodes have room for "
-            f"{_plural(room, 'replica')} ({room * g} GPUs): {short} GPUs short"
-        ),
-        level=None,
-        gpus_short=short,
-    )
-
-
-def _level_nofit(
-    request: GangRequest,
-    nodes: Sequence[NodeInfo],
-    level: TopologyLevel,
-    slots: Mapping[str, int],
-) -> NoFit:
-    g = request.gpus_per_replica
-    need = f"needs {_need(request)} inside one {level.name} domain"
-    capacity = {
-        name: _slots_capacity(members, g, request.one_per_node)
-        for name, members in group_by_domain(nodes, level).items()
-    }
-    if not capacity:
-        return NoFit(
-            reason=f"{need}; no node carries the label {level.node_label}",
-            level=level.name,
-            gpus_short=request.gpus,
-            permanent=True,
-        )
-    most = max(capacity.values())
-    if most < request.replicas:
-        biggest = min(n for n, v in capacity.items() if v == most)
-        return NoFit(
-            reason=(
-                f"{need}; the largest ({biggest}) holds {_plural(most, 'replica')} "
-                f"({most * g} GPUs) even when empty: {(request.replicas - most) * g} GPUs short"
-            ),
-            level=level.name,
-            gpus_short=(request.replicas - most) * g,
-            permanent=True,
-        )
-    if not slots:
-        return NoFit(
-            reason=f"{need}; no usable node carries the label {level.node_label}: "
-            f"{request.gpus} GPUs short",
-            level=level.name,
-            gpus_short=request.gpus,
-        )
-    room = max(slots.values())
-    roomiest = min(n for n, v in slots.items() if v == room)
-    room = min(room, request.replicas)
-    short = (request.replicas - room) * g
-    return NoFit(
-        reason=(
-            f"{need}; the roomiest ({roomiest}) has room for {_plural(room, 'replica')} "
-            f"({room * g} GPUs free): {short} GPUs short"
-        ),
-        level=level.name,
-        gpus_short=short,
-    )
 
 
 def place_gang(
@@ -343,7 +165,27 @@ def _place_gang(
     levels: Sequence[TopologyLevel],
     reserved: Mapping[str, int],
 ) -> Result:
+    """:func:`place_gang` before the spread check, in steps: the nodes that can hold a replica
+    at all (:func:`_fitting_nodes`), their candidates, then the rule of the gang's mode
+    (:func:`~kubeforge.placement._whole.place_whole_nodes` for whole-node gangs with a
+    topology, :func:`_place_anywhere`, :func:`_place_required` or :func:`_place_preferred`)."""
     check_levels(levels)
+    fitting = _fitting_nodes(request, nodes)
+    if isinstance(fitting, NoFit):
+        return fitting
+    cands = candidates(request, fitting, levels, reserved)
+    if request.whole_nodes and request.mode != "None":
+        return place_whole_nodes(request, fitting, cands, levels)
+    if request.mode == "None":
+        return _place_anywhere(request, fitting, cands)
+    if request.mode == "Required":
+        return _place_required(request, fitting, cands, levels)
+    return _place_preferred(request, fitting, cands, levels)
+
+
+def _fitting_nodes(request: GangRequest, nodes: Sequence[NodeInfo]) -> Sequence[NodeInfo] | NoFit:
+    """The pool's nodes that match the template's node filter and offer what a replica needs
+    besides GPUs, or a permanent :class:`NoFit` when none does (or none has a replica's GPUs)."""
     g = request.gpus_per_replica
     if not nodes:
         return NoFit(
@@ -380,43 +222,56 @@ def _place_gang(
             gpus_short=request.gpus,
             permanent=True,
         )
-    cands = _candidates(request, nodes, levels, reserved)
-    if request.whole_nodes and request.mode != "None":
-        from ._whole import place_whole_nodes  # noqa: PLC0415 (the one caller; avoids an import cycle)
+    return nodes
 
-        return place_whole_nodes(request, nodes, cands, levels)
 
-    if request.mode == "None":
-        choice = _greedy(cands, request.replicas, g)
-        if choice is None:
-            return _pool_nofit(request, nodes, cands, "anywhere in the pool")
-        left = _pool_leftover(choice, cands, request)
-        return _placement(
-            choice, cands, request, None, None,
-            f"packed {request.replicas} x {g} GPUs onto {_plural(len(choice), 'node')} anywhere "
-            f"in the pool (best fit, topology ignored), leaving {left} free GPUs on them",
+def _place_anywhere(request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand]) -> Result:
+    """``None`` mode: the per-node best fit over the whole pool, topology ignored."""
+    g = request.gpus_per_replica
+    choice = greedy(cands, request.replicas, g)
+    if choice is None:
+        return pool_nofit(request, nodes, cands, "anywhere in the pool")
+    left = _pool_leftover(choice, cands, request)
+    return placement(
+        choice, cands, request, None, None,
+        f"packed {request.replicas} x {g} GPUs onto {plural(len(choice), 'node')} anywhere "
+        f"in the pool (best fit, topology ignored), leaving {left} free GPUs on them",
+    )
+
+
+def _place_required(
+    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel]
+) -> Result:
+    """``Required`` mode: the best-fit domain of the request's level, or a :class:`NoFit`
+    (permanent for an unknown level)."""
+    g = request.gpus_per_replica
+    index = find_level(levels, request.level) if request.level else None
+    if index is None:
+        known = ", ".join(level_names(levels)) or "none"
+        return NoFit(
+            reason=f"unknown topology level {request.level!r}; this pool's levels are: {known}",
+            level=request.level,
+            gpus_short=request.gpus,
+            permanent=True,
         )
+    level = levels[index]
+    best, n_fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
+    if best is None:
+        return level_nofit(request, nodes, level, slots)
+    return placement(
+        best[2], cands, request, level.name, best[1],
+        _domain_reason(level.name, best, n_fitting, request),
+    )
 
+
+def _place_preferred(
+    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel]
+) -> Result:
+    """``Preferred`` mode: the best-fit domain of the first level, from the request's (or the
+    narrowest) towards wider ones, where one fits; else the per-node best fit over the pool."""
+    g = request.gpus_per_replica
     index = find_level(levels, request.level) if request.level else None
     known = ", ".join(level_names(levels)) or "none"
-    if request.mode == "Required":
-        if index is None:
-            return NoFit(
-                reason=f"unknown topology level {request.level!r}; this pool's levels are: {known}",
-                level=request.level,
-                gpus_short=request.gpus,
-                permanent=True,
-            )
-        level = levels[index]
-        best, n_fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
-        if best is None:
-            return _level_nofit(request, nodes, level, slots)
-        return _placement(
-            best[2], cands, request, level.name, best[1],
-            _domain_reason(level.name, best, n_fitting, request),
-        )
-
-    # Preferred.
     prefix = ""
     start = index
     if request.level and index is None:
@@ -431,21 +286,21 @@ def _place_gang(
             lead = prefix
             if missed:
                 lead += f"no {' or '.join(missed)} domain fits; "
-            return _placement(
+            return placement(
                 best[2], cands, request, level.name, best[1],
                 lead + _domain_reason(level.name, best, n_fitting, request),
             )
         missed.append(level.name)
     tried = f" (no single {' or '.join(missed)} domain fits)" if missed else ""
-    choice = _greedy(cands, request.replicas, g)
+    choice = greedy(cands, request.replicas, g)
     if choice is None:
-        nofit = _pool_nofit(request, nodes, cands, "anywhere in the pool" + tried)
+        nofit = pool_nofit(request, nodes, cands, "anywhere in the pool" + tried)
         return NoFit(prefix + nofit.reason, None, nofit.gpus_short, nofit.permanent)
     left = _pool_leftover(choice, cands, request)
-    return _placement(
+    return placement(
         choice, cands, request, None, None,
         prefix
-        + f"spread {request.replicas} x {g} GPUs over {_plural(len(choice), 'node')} of the pool"
+        + f"spread {request.replicas} x {g} GPUs over {plural(len(choice), 'node')} of the pool"
         + tried
         + f", best fit, leaving {left} free GPUs on them",
     )

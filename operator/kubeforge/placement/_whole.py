@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ._fit import _Cand, _greedy, _level_nofit, _placement, _plural
-from ._model import GangRequest, NodeInfo, NoFit, Placement, Result, TopologyLevel
+from ._gang import Cand, greedy, level_nofit, placement, plural
+from ._model import GangRequest, NodeInfo, NoFit, Result, TopologyLevel
 from ._topology import find_level, group_by_domain
 
 
-def _groups(cands: Sequence[_Cand], level: TopologyLevel) -> dict[str, list[_Cand]]:
-    out: dict[str, list[_Cand]] = {}
+def _groups(cands: Sequence[Cand], level: TopologyLevel) -> dict[str, list[Cand]]:
+    out: dict[str, list[Cand]] = {}
     for c in cands:
         value = c.node.labels.get(level.node_label)
         if value is not None and c.slots > 0:
@@ -28,14 +28,14 @@ def _groups(cands: Sequence[_Cand], level: TopologyLevel) -> dict[str, list[_Can
     return out
 
 
-def _one_domain(request: GangRequest, groups: dict[str, list[_Cand]]) -> tuple[str, dict[str, int], int] | None:
+def _one_domain(request: GangRequest, groups: dict[str, list[Cand]]) -> tuple[str, dict[str, int], int] | None:
     """The best single domain: one that leaves ``spare_nodes`` wholly free nodes if any does, then
     the fewest free nodes left (best fit), fewest nodes used, name."""
     best = None
     for name, cs in groups.items():
         if sum(c.slots for c in cs) < request.replicas:
             continue
-        choice = _greedy(cs, request.replicas, request.gpus_per_replica)
+        choice = greedy(cs, request.replicas, request.gpus_per_replica)
         assert choice is not None
         left = len(cs) - len(choice)
         key = (left < request.spare_nodes, left, len(choice), name)
@@ -44,7 +44,7 @@ def _one_domain(request: GangRequest, groups: dict[str, list[_Cand]]) -> tuple[s
     return None if best is None else (best[1], best[2], best[3])
 
 
-def _split(request: GangRequest, groups: dict[str, list[_Cand]]) -> tuple[list[str], dict[str, int]] | None:
+def _split(request: GangRequest, groups: dict[str, list[Cand]]) -> tuple[list[str], dict[str, int]] | None:
     """The fewest domains that hold the gang with nodes spread evenly over them (each gets
     ceil or floor of nodes / domains), leaving ``spare_nodes`` in each when possible."""
     per = max((c.slots for cs in groups.values() for c in cs), default=0)
@@ -73,7 +73,7 @@ def _split(request: GangRequest, groups: dict[str, list[_Cand]]) -> tuple[list[s
     return None
 
 
-def place_whole_nodes(request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[_Cand],
+def place_whole_nodes(request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand],
                       levels: Sequence[TopologyLevel]) -> Result:
     """Place a ``whole_nodes`` gang (see the module docstring); ``cands`` are the usable nodes
     with their whole-replica slots, 0 on nodes that are not wholly free.
@@ -95,15 +95,15 @@ def place_whole_nodes(request: GangRequest, nodes: Sequence[NodeInfo], cands: Se
     if one is not None:
         name, choice, left = one
         spare = "" if left >= request.spare_nodes else f" (fewer than {request.spare_nodes} spare: no domain allows them)"
-        why = (f"whole free nodes of {level.name} domain {name}: {_plural(len(choice), 'node')} for "
-               f"{request.replicas} x {request.gpus_per_replica} GPUs, {_plural(left, 'wholly free node')} left{spare}")
-        return _placement(choice, cands, request, level.name, name, why)
+        why = (f"whole free nodes of {level.name} domain {name}: {plural(len(choice), 'node')} for "
+               f"{request.replicas} x {request.gpus_per_replica} GPUs, {plural(left, 'wholly free node')} left{spare}")
+        return placement(choice, cands, request, level.name, name, why)
     if request.mode == "Required":
         slots = {d: sum(c.slots for c in cs) for d, cs in groups.items()}
-        nofit = _level_nofit(request, nodes, level, slots)
+        nofit = level_nofit(request, nodes, level, slots)
         return NoFit(nofit.reason.replace("inside one", "on wholly free nodes (nothing else on them) of one"),
                      nofit.level, nofit.gpus_short, nofit.permanent)
-    scopes: list[tuple[str | None, str | None, list[_Cand]]] = []
+    scopes: list[tuple[str | None, str | None, list[Cand]]] = []
     for wider in levels[index + 1:]:
         for value, members in sorted(group_by_domain([c.node for c in cands], wider).items()):
             names = {m.name for m in members}
@@ -116,9 +116,9 @@ def place_whole_nodes(request: GangRequest, nodes: Sequence[NodeInfo], cands: Se
             where = f"{wl} domain {wd}" if wl else "the pool"
             why = (f"no {level.name} domain has room for the gang on wholly free nodes; split evenly over "
                    f"{len(chosen)} {level.name} domains of {where} ({', '.join(chosen)}): "
-                   f"{_plural(len(choice), 'whole node')} for {request.replicas} x {request.gpus_per_replica} GPUs")
-            return _placement(choice, cands, request, wl, wd, why)
+                   f"{plural(len(choice), 'whole node')} for {request.replicas} x {request.gpus_per_replica} GPUs")
+            return placement(choice, cands, request, wl, wd, why)
     free_nodes = sum(1 for c in cands if c.slots > 0)
     return NoFit(f"needs {request.replicas} x {request.gpus_per_replica} GPUs on wholly free nodes "
-                 f"(nothing else on them) of the fewest {level.name} domains; {_plural(free_nodes, 'node')} "
+                 f"(nothing else on them) of the fewest {level.name} domains; {plural(free_nodes, 'node')} "
                  "wholly free", None, request.gpus)
