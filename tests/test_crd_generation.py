@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kubeforge.api import GPUPool, InferenceService, TrainingJob
-from kubeforge.api import crdgen
+from kubeforge.api import _structural, crdgen
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIRS = [ROOT / "crds", ROOT / "charts" / "kubeforge" / "crds"]
@@ -345,7 +345,7 @@ def test_gpu_pool_spec_may_be_left_out() -> None:
 def test_fix_up_rules(raw: dict[str, Any], fixed: dict[str, Any]) -> None:
     defs = {"D": {"type": "object", "title": "D", "description": "inner",
                   "properties": {"a": {"type": "string", "title": "A"}}}}
-    assert crdgen._fix(raw, defs, "t") == fixed
+    assert _structural.structural_node(raw, defs, "t") == fixed
 
 
 @pytest.mark.parametrize("raw", [
@@ -356,4 +356,4 @@ def test_fix_up_rules(raw: dict[str, Any], fixed: dict[str, Any]) -> None:
 ])
 def test_fix_up_rejects_what_a_crd_cannot_say(raw: dict[str, Any]) -> None:
     with pytest.raises(crdgen.SchemaError):
-        crdgen._fix(raw, {}, "t")
+        _structural.structural_node(raw, {}, "t")

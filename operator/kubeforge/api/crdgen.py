@@ -1,12 +1,9 @@
 """Generates the apiextensions.k8s.io/v1 CustomResourceDefinitions from the pydantic models.
 
-Raw pydantic JSON schema is not a valid CRD structural schema, so it goes through a fix-up
-step (:func:`structural_schema`): every ``$ref`` is inlined, ``title``, ``$defs``,
-``uniqueItems`` and ``default: null`` are dropped, ``const`` becomes a one-value ``enum``,
-``Optional[X]`` (``anyOf`` with ``type: null``) becomes plain ``X``, ``additionalProperties``
-is dropped beside ``properties`` (and when boolean), and a numeric ``exclusiveMinimum`` becomes
-OpenAPI v3.0's ``minimum`` + ``exclusiveMinimum: true``. Any keyword the API server would not
-accept raises :class:`SchemaError` instead of reaching a CRD.
+Each model's JSON schema goes through :func:`~kubeforge.api._structural.structural_schema`
+(the fix-up into a CRD structural schema: ``$ref`` inlined, ``Optional[X]`` as ``X``, OpenAPI
+v3.0's forms); a keyword the API server would not accept raises :class:`SchemaError` instead of
+reaching a CRD.
 
 Usage::
 
@@ -28,43 +25,10 @@ import yaml
 from .. import GROUP, VERSION
 from ._base import KubeModel
 from ._parse import RESOURCE_KINDS
+from ._structural import SchemaError, structural_schema
 
-# Keywords a CRD structural schema may carry (besides x-kubernetes-*).
-_ALLOWED = {
-    "type",
-    "description",
-    "properties",
-    "items",
-    "required",
-    "default",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "enum",
-    "pattern",
-    "format",
-    "minLength",
-    "maxLength",
-    "minItems",
-    "maxItems",
-    "minProperties",
-    "maxProperties",
-    "additionalProperties",
-    "nullable",
-    "anyOf",  # only the x-kubernetes-int-or-string form survives
-}
-_DROPPED = {
-    "title",
-    "$defs",
-    "uniqueItems",
-    "propertyNames",  # key constraints of dict[...]: validated by the models only
-    "examples",
-    "readOnly",
-    "writeOnly",
-    "deprecated",
-}
+__all__ = ["SchemaError", "build_crd", "check", "file_name", "main", "render_all", "render_crd", "root_schema",
+           "structural_schema", "write"]
 
 _ROOT_PROPERTIES = {
     "apiVersion": {
@@ -86,139 +50,6 @@ _ROOT_PROPERTIES = {
     # The API server allows nothing else here (not even a description).
     "metadata": {"type": "object"},
 }
-
-
-class SchemaError(ValueError):
-    """Raised when a model's JSON schema cannot be turned into a structural schema."""
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    raise SchemaError(f"unsupported constant {value!r}")
-
-
-def _resolve(ref: str, defs: dict[str, Any]) -> dict[str, Any]:
-    prefix = "#/$defs/"
-    if not ref.startswith(prefix) or ref[len(prefix):] not in defs:
-        raise SchemaError(f"cannot resolve $ref {ref!r}")
-    return copy.deepcopy(defs[ref[len(prefix):]])
-
-
-def _fix(node: dict[str, Any], defs: dict[str, Any], path: str, depth: int = 0) -> dict[str, Any]:
-    if depth > 64:
-        raise SchemaError(f"{path}: schema nests too deep (recursive model?)")
-    node = dict(node)
-
-    # Inline $ref (and pydantic's older allOf: [{$ref}] wrapping); the referring node's own
-    # keys (description, default) win over the referenced definition's.
-    if "allOf" in node:
-        all_of = node.pop("allOf")
-        if len(all_of) != 1:
-            raise SchemaError(f"{path}: allOf with {len(all_of)} members is not supported")
-        node = {**all_of[0], **node}
-    if "$ref" in node:
-        target = _resolve(node.pop("$ref"), defs)
-        node = {**target, **node}
-        return _fix(node, defs, path, depth + 1)
-
-    # Optional[X] -> X; int | str -> x-kubernetes-int-or-string.
-    if "anyOf" in node:
-        members = [m for m in node.pop("anyOf") if m.get("type") != "null"]
-        if len(members) == 1:
-            node = {**_fix(members[0], defs, path, depth + 1), **node}
-        elif node.get("x-kubernetes-int-or-string") or {
-            m.get("type") for m in members
-        } == {"integer", "string"}:
-            node["x-kubernetes-int-or-string"] = True
-            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-            node.pop("type", None)
-        else:
-            raise SchemaError(f"{path}: anyOf {members!r} has no structural form")
-
-    if isinstance(node.get("type"), list):
-        types = [t for t in node["type"] if t != "null"]
-        if len(types) != 1:
-            raise SchemaError(f"{path}: type {node['type']!r} has no structural form")
-        node["type"] = types[0]
-    if node.get("type") == "null":
-        raise SchemaError(f"{path}: type null has no structural form")
-
-    if "const" in node:
-        value = node.pop("const")
-        node["enum"] = [value]
-        node.setdefault("type", _json_type(value))
-
-    for key in _DROPPED:
-        node.pop(key, None)
-    if "default" in node and node["default"] is None:
-        del node["default"]
-    if "additionalProperties" in node and (
-        "properties" in node or isinstance(node["additionalProperties"], bool)
-    ):
-        del node["additionalProperties"]
-
-    # JSON Schema 2020-12 numeric exclusive bounds -> OpenAPI v3.0 boolean form.
-    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        value = node.get(bound)
-        if value is not None and not isinstance(value, bool):
-            node[plain] = value
-            node[bound] = True
-
-    if isinstance(node.get("description"), str):
-        node["description"] = " ".join(node["description"].split())
-
-    unknown = [k for k in node if k not in _ALLOWED and not k.startswith("x-kubernetes-")]
-    if unknown:
-        raise SchemaError(f"{path}: keywords {sorted(unknown)} are not allowed in a CRD schema")
-
-    if "properties" in node:
-        node["type"] = "object"
-        node["properties"] = {
-            name: _fix(sub, defs, f"{path}.{name}", depth + 1)
-            for name, sub in sorted(node["properties"].items())
-        }
-        if node.get("required"):
-            node["required"] = sorted(node["required"])
-        else:
-            node.pop("required", None)
-    if isinstance(node.get("items"), dict):
-        node["items"] = _fix(node["items"], defs, f"{path}[]", depth + 1)
-    if isinstance(node.get("additionalProperties"), dict):
-        node["additionalProperties"] = _fix(
-            node["additionalProperties"], defs, f"{path}{{}}", depth + 1
-        )
-    if node.get("type") == "object" and "properties" not in node and (
-        "additionalProperties" not in node
-    ):
-        # A free-form object must say so, or the API server prunes everything inside it.
-        if not node.get("x-kubernetes-preserve-unknown-fields"):
-            raise SchemaError(f"{path}: object without properties must preserve unknown fields")
-    if node.get("type") is None and not node.get("x-kubernetes-int-or-string"):
-        raise SchemaError(f"{path}: schema has no type")
-    return {key: node[key] for key in sorted(node)}
-
-
-def structural_schema(
-    model: type[KubeModel], skip: Iterable[str] = ()
-) -> dict[str, Any]:
-    """Returns the model's JSON schema (by alias) fixed up into a CRD structural schema,
-    leaving out the top-level properties named in ``skip``."""
-    raw = model.model_json_schema(by_alias=True, mode="validation")
-    defs = raw.pop("$defs", {})
-    for name in skip:
-        raw.get("properties", {}).pop(name, None)
-    return _fix(raw, defs, model.__name__)
 
 
 def _description(model: type[KubeModel]) -> str:
