@@ -1,8 +1,11 @@
 """The operator's memory (kubeforge.runtime.cache.Cache), without a cluster (``indexes=None``):
-the status overlay (act on our own last write until the index has caught up with it), assumed
-placements and expectations with their time limits, and forget(key).
+the parts as the Cache composes them (one clock, this module's ``time``), the status overlay,
+assumed placements and expectations with their time limits, what spans parts (assume ends the
+wait, forget(key), the books a job and a service of one name keep apart).
 
-Ported from test_state.py (handlers.state.State); the work-queue test moved to test_queue.py.
+Each part has its own tests: tests/test_cache_{assumptions,expectations,events,handoffs,
+overlay,reader,snapshot}.py. Ported from test_state.py (handlers.state.State); the work-queue
+test moved to test_queue.py.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from kubeforge.admission import AssumedGroup
 from kubeforge.lifecycle import CreateError
 from kubeforge.objects import PlacementRecord, Record
 from kubeforge.runtime import cache as cache_mod
-from kubeforge.runtime.cache import ASSUME_TTL, EXPECTATION_TTL, SERVICE_RECHECK, Cache, service_key
+from kubeforge.runtime.cache import (
+    ASSUME_TTL, EXPECTATION_TTL, NOMINATION_TTL, SERVICE_RECHECK, Cache, service_key,
+)
 
 KEY = ("ns", "job")
 OTHER = ("ns", "other")
@@ -140,16 +146,16 @@ PL = PlacementRecord("h100", ("n1", "n2"), "nvlink", "d1", "fit")
 
 def test_assumed_placement_lives_for_assume_ttl(clock):
     c = Cache()
-    assert c.hand_waits({KEY: ("InsufficientGPUs", "short")}) == [KEY]
+    assert c.handoffs.hand_waits({KEY: ("InsufficientGPUs", "short")}) == [KEY]
     c.assume(KEY, PL)
-    assert c.wait_of(KEY) is None  # placed: no longer waiting
-    assert c.assumed_for(OTHER) is None
+    assert c.handoffs.wait_of(KEY) is None  # placed: no longer waiting
+    assert c.assumptions.assumed_for(OTHER) is None
     clock.t += ASSUME_TTL
-    assert c.assumed_for(KEY) == PL
+    assert c.assumptions.assumed_for(KEY) == PL
     clock.t += 1
-    assert c.assumed_for(KEY) is None
+    assert c.assumptions.assumed_for(KEY) is None
     clock.t -= ASSUME_TTL
-    assert c.assumed_for(KEY) is None  # dropped, not only expired
+    assert c.assumptions.assumed_for(KEY) is None  # dropped, not only expired
 
 
 def test_assuming_again_restarts_the_clock(clock):
@@ -158,7 +164,7 @@ def test_assuming_again_restarts_the_clock(clock):
     clock.t += ASSUME_TTL - 1
     c.assume(KEY, PlacementRecord("h100", ("n3", "n4")))
     clock.t += ASSUME_TTL - 1
-    assert c.assumed_for(KEY).nodes == ("n3", "n4")
+    assert c.assumptions.assumed_for(KEY).nodes == ("n3", "n4")
 
 
 def test_an_assumed_placement_never_expires_while_its_status_write_is_in_flight(clock):
@@ -167,43 +173,43 @@ def test_an_assumed_placement_never_expires_while_its_status_write_is_in_flight(
     c = Cache()
     c.assume(KEY, PL)
     clock.t += ASSUME_TTL - 0.1
-    assert c.assumed_for(KEY) == PL
-    with c.status_write(KEY):
+    assert c.assumptions.assumed_for(KEY) == PL
+    with c.assumptions.status_write(KEY):
         clock.t += 30
-        assert c.assumed_for(KEY) == PL
-    assert c.assumed_for(KEY) is None
+        assert c.assumptions.assumed_for(KEY) == PL
+    assert c.assumptions.assumed_for(KEY) is None
 
 
 def test_a_write_with_no_answer_renews_the_assumption_and_confirm_or_forget_drop_it(clock):
     c = Cache()
     c.assume(KEY, PL)
     clock.t += ASSUME_TTL - 1
-    c.renew_assumed(KEY)  # the write may be on record: hold the GPUs another ASSUME_TTL
+    c.assumptions.renew(KEY)  # the write may be on record: hold the GPUs another ASSUME_TTL
     clock.t += ASSUME_TTL - 1
-    assert c.assumed_for(KEY) == PL
-    c.renew_assumed(OTHER)  # nothing assumed: nothing made up
-    assert c.assumed_for(OTHER) is None
-    c.confirm(KEY)
-    assert c.assumed_for(KEY) is None
+    assert c.assumptions.assumed_for(KEY) == PL
+    c.assumptions.renew(OTHER)  # nothing assumed: nothing made up
+    assert c.assumptions.assumed_for(OTHER) is None
+    c.assumptions.confirm(KEY)
+    assert c.assumptions.assumed_for(KEY) is None
     c.assume(KEY, PL)
-    c.forget_assumed(KEY)
-    assert c.assumed_for(KEY) is None
+    c.assumptions.forget(KEY)
+    assert c.assumptions.assumed_for(KEY) is None
 
 
 def test_waits_are_handed_over_when_they_change_and_replaced_by_each_round():
     c = Cache()
-    assert c.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "b")}) == [KEY, OTHER]
-    assert c.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "c")}) == [OTHER]
-    assert c.hand_waits({OTHER: ("Preempting", "c")}) == []
-    assert c.wait_of(KEY) is None and c.wait_of(OTHER) == ("Preempting", "c")
+    assert c.handoffs.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "b")}) == [KEY, OTHER]
+    assert c.handoffs.hand_waits({KEY: ("InsufficientGPUs", "a"), OTHER: ("Preempting", "c")}) == [OTHER]
+    assert c.handoffs.hand_waits({OTHER: ("Preempting", "c")}) == []
+    assert c.handoffs.wait_of(KEY) is None and c.handoffs.wait_of(OTHER) == ("Preempting", "c")
 
 
 def test_a_stop_request_is_held_until_it_is_on_record():
     c = Cache()
-    c.request_stop(KEY, "PreemptedByHigherPriority", "by ns/big", 3600.0)
-    assert c.stop_request(KEY) == ("PreemptedByHigherPriority", "by ns/big") and c.stop_request(OTHER) is None
-    c.stop_done(KEY)
-    assert c.stop_request(KEY) is None
+    c.handoffs.request_stop(KEY, "PreemptedByHigherPriority", "by ns/big", 3600.0)
+    assert c.handoffs.stop_request(KEY) == ("PreemptedByHigherPriority", "by ns/big") and c.handoffs.stop_request(OTHER) is None
+    c.handoffs.stop_done(KEY)
+    assert c.handoffs.stop_request(KEY) is None
 
 
 def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_without_one(clock):
@@ -221,39 +227,39 @@ def test_job_view_uses_the_effective_status_and_the_assumed_placement_only_witho
 
 def test_expectations_expire_name_by_name(clock):
     c = Cache()
-    assert c.pending_creates(KEY) == set()
-    c.expect_created(KEY, ["llm-worker-0-0", "llm-worker-1-0"])
+    assert c.expectations.pending_creates(KEY) == set()
+    c.expectations.expect_created(KEY, ["llm-worker-0-0", "llm-worker-1-0"])
     clock.t += 30
-    c.expect_created(KEY, ["llm-checkpoint"])
-    assert c.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
-    assert c.pending_deletes(KEY) == set()  # one book per kind of change
-    assert c.pending_creates(OTHER) == set()
+    c.expectations.expect_created(KEY, ["llm-checkpoint"])
+    assert c.expectations.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    assert c.expectations.pending_deletes(KEY) == set()  # one book per kind of change
+    assert c.expectations.pending_creates(OTHER) == set()
     clock.t += EXPECTATION_TTL - 30
-    assert c.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
+    assert c.expectations.pending_creates(KEY) == {"llm-worker-0-0", "llm-worker-1-0", "llm-checkpoint"}
     clock.t += 1
-    assert c.pending_creates(KEY) == {"llm-checkpoint"}
+    assert c.expectations.pending_creates(KEY) == {"llm-checkpoint"}
     clock.t += 30
-    assert c.pending_creates(KEY) == set()
+    assert c.expectations.pending_creates(KEY) == set()
 
 
 def test_an_observed_name_is_no_longer_expected():
     c = Cache()
-    c.expect_created(KEY, ["a", "b"])
-    c.expect_deleted(KEY, ["a"])
-    c.created_observed(KEY, "a")
-    assert c.pending_creates(KEY) == {"b"} and c.pending_deletes(KEY) == {"a"}
-    c.deleted_observed(KEY, "a")
-    c.created_observed(OTHER, "a")  # never expected: harmless
-    assert c.pending_deletes(KEY) == set()
+    c.expectations.expect_created(KEY, ["a", "b"])
+    c.expectations.expect_deleted(KEY, ["a"])
+    c.expectations.created_observed(KEY, "a")
+    assert c.expectations.pending_creates(KEY) == {"b"} and c.expectations.pending_deletes(KEY) == {"a"}
+    c.expectations.deleted_observed(KEY, "a")
+    c.expectations.created_observed(OTHER, "a")  # never expected: harmless
+    assert c.expectations.pending_deletes(KEY) == set()
 
 
 def test_expecting_a_name_again_renews_it(clock):
     c = Cache()
-    c.expect_deleted(KEY, ["p"])
+    c.expectations.expect_deleted(KEY, ["p"])
     clock.t += EXPECTATION_TTL
-    c.expect_deleted(KEY, ["p"])
+    c.expectations.expect_deleted(KEY, ["p"])
     clock.t += EXPECTATION_TTL
-    assert c.pending_deletes(KEY) == {"p"}
+    assert c.expectations.pending_deletes(KEY) == {"p"}
 
 
 # --------------------------------------------------------------------------- forget
@@ -261,23 +267,23 @@ def test_expecting_a_name_again_renews_it(clock):
 
 def test_forget_drops_everything_about_one_job_only_and_forget_service_the_service_of_that_name():
     c = Cache()
-    c.hand_waits({k: ("InsufficientGPUs", "short") for k in (KEY, OTHER)})
+    c.handoffs.hand_waits({k: ("InsufficientGPUs", "short") for k in (KEY, OTHER)})
     for key in (KEY, OTHER):
         c.remember(key, obj(5, phase="Running"))
-        c.expect_created(key, ["a"])
-        c.expect_deleted(key, ["b"])
-        c.create_refused(key, CreateError(0, "Pod", "a", 422, "bad"))
-        c.wait_written(key, 1.0)
-        c.request_stop(key, "QuotaReclaimed", "m", 1.0)
+        c.expectations.expect_created(key, ["a"])
+        c.expectations.expect_deleted(key, ["b"])
+        c.handoffs.create_refused(key, CreateError(0, "Pod", "a", 422, "bad"))
+        c.handoffs.wait_written(key, 1.0)
+        c.handoffs.request_stop(key, "QuotaReclaimed", "m", 1.0)
         c.service_memory(key, dict)
     c.assume(KEY, PL)
     c.forget(KEY)
 
     def held(key):
         seen = Record(key[0], key[1], "u", 1, "1", 0.0, False, None, None, {"phase": "Pending"})
-        return (c.effective(key, seen) is not seen, c.assumed_for(key) is not None, bool(c.pending_creates(key)),
-                bool(c.pending_deletes(key)), c.create_error(key) is not None, c.wait_of(key) is not None,
-                c.last_wait_write(key) > 0, c.stop_request(key) is not None, c.known_service_memory(key) is not None)
+        return (c.effective(key, seen) is not seen, c.assumptions.assumed_for(key) is not None, bool(c.expectations.pending_creates(key)),
+                bool(c.expectations.pending_deletes(key)), c.handoffs.create_error(key) is not None, c.handoffs.wait_of(key) is not None,
+                c.handoffs.last_wait_write(key) > 0, c.handoffs.stop_request(key) is not None, c.known_service_memory(key) is not None)
 
     # the job's books are gone; an InferenceService of the same name keeps its own
     assert held(KEY) == (False,) * 8 + (True,)
@@ -312,12 +318,52 @@ def test_a_job_and_a_service_of_the_same_name_never_share_an_entry():
     c = Cache()
     c.remember(KEY, obj(5, phase="Running"))
     c.remember(service_key(KEY), obj(9, replicas=1))
-    c.expect_created(KEY, ["job-pod"])
-    c.expect_created(service_key(KEY), ["svc-pod"])
-    c.hold_events(service_key(KEY), [("Normal", "ScaledUp", "1 replica")], 1.0)
+    c.expectations.expect_created(KEY, ["job-pod"])
+    c.expectations.expect_created(service_key(KEY), ["svc-pod"])
+    c.held_events.hold(service_key(KEY), [("Normal", "ScaledUp", "1 replica")], 1.0)
     job_seen = Record(KEY[0], KEY[1], "u", 1, "5", 0.0, False, None, None, {"phase": "Running"})
     assert c.effective(KEY, job_seen) is job_seen  # the service's newer write is not the job's status
-    assert c.pending_creates(KEY) == {"job-pod"} and c.pending_creates(service_key(KEY)) == {"svc-pod"}
-    assert c.take_events(KEY) == []
+    assert c.expectations.pending_creates(KEY) == {"job-pod"} and c.expectations.pending_creates(service_key(KEY)) == {"svc-pod"}
+    assert c.held_events.take(KEY) == []
     c.forget_service(KEY)
-    assert c.pending_creates(KEY) == {"job-pod"} and c.pending_creates(service_key(KEY)) == set()
+    assert c.expectations.pending_creates(KEY) == {"job-pod"} and c.expectations.pending_creates(service_key(KEY)) == set()
+
+
+# --------------------------------------------------------------------------- one clock
+
+
+def _expired(c):
+    """For each part: whether what was booked is gone now (by the Cache's clock)."""
+    return {
+        "assumptions": c.assumptions.assumed_for(KEY) is None,
+        "groups": c.assumptions.groups_of(KEY) == {},
+        "expectations": c.expectations.pending_creates(KEY) == set(),
+        "nominations": c.snapshot().nominations == {},
+        "overlay": c.effective(KEY, rec(0, phase="Pending")).status == {"phase": "Pending"},
+    }
+
+
+@pytest.mark.parametrize("part, ttl", [
+    ("assumptions", ASSUME_TTL), ("groups", ASSUME_TTL), ("expectations", EXPECTATION_TTL),
+    ("nominations", NOMINATION_TTL), ("overlay", EXPECTATION_TTL),
+])
+def test_every_part_reads_the_clock_of_the_cache_module(clock, part, ttl):
+    """A test (or fakekube's clock) that sets ``kubeforge.runtime.cache.time`` moves the clock of
+    every part, the ones in their own modules included."""
+    c = Cache()
+    c.assume(KEY, PL)
+    c.assumptions.assume_group(KEY, AssumedGroup(0, PL, 8))
+    c.expectations.expect_created(KEY, ["p"])
+    c.handoffs.nominate(KEY, "h100", {"n1": 8})
+    c.remember(KEY, {"metadata": {"resourceVersion": ""}, "status": {"phase": "Running"}})
+    clock.t += ttl - 1
+    assert not _expired(c)[part]
+    clock.t += 2
+    assert _expired(c)[part]
+
+
+def test_the_constants_and_service_key_are_the_cache_modules():
+    assert (ASSUME_TTL, EXPECTATION_TTL, NOMINATION_TTL, SERVICE_RECHECK) == (120.0, 60.0, 600.0, 600.0)
+    assert service_key(KEY) == ("InferenceService", "ns", "job")
+    assert set(cache_mod.__all__) >= {"ASSUME_TTL", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK",
+                                      "Cache", "service_key"}

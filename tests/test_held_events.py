@@ -72,7 +72,7 @@ def test_admitted_event_waits_out_a_lost_status_write(monkeypatch):
         kube.now += 5
         await reconcile_job(kube.rt, KEY)
         assert _reasons(kube, "j") == [(NORMAL, ADMITTED)]
-        assert kube.rt.cache.take_events(KEY) == []
+        assert kube.rt.cache.held_events.take(KEY) == []
 
     asyncio.run(go())
 
@@ -108,16 +108,16 @@ def test_a_refused_or_superseded_write_posts_nothing():
     """Held Events: the newer decision's Event of the same type and reason replaces the older;
     a dropped write's Events are gone; forget drops them with the object."""
     cache = Cache()
-    cache.hold_events(KEY, [(NORMAL, ADMITTED, "old"), (WARNING, "X", "x")], 1.0)
-    cache.hold_events(KEY, [(NORMAL, ADMITTED, "new")], 2.0)
-    assert cache.take_events(KEY) == [(WARNING, "X", "x", 1.0), (NORMAL, ADMITTED, "new", 2.0)]
-    assert cache.take_events(KEY) == []
-    cache.hold_events(KEY, [(NORMAL, ADMITTED, "m")], 3.0)
-    cache.drop_events(KEY)
-    assert cache.take_events(KEY) == []
-    cache.hold_events(KEY, [(NORMAL, ADMITTED, "m")], 3.0)
+    cache.held_events.hold(KEY, [(NORMAL, ADMITTED, "old"), (WARNING, "X", "x")], 1.0)
+    cache.held_events.hold(KEY, [(NORMAL, ADMITTED, "new")], 2.0)
+    assert cache.held_events.take(KEY) == [(WARNING, "X", "x", 1.0), (NORMAL, ADMITTED, "new", 2.0)]
+    assert cache.held_events.take(KEY) == []
+    cache.held_events.hold(KEY, [(NORMAL, ADMITTED, "m")], 3.0)
+    cache.held_events.drop(KEY)
+    assert cache.held_events.take(KEY) == []
+    cache.held_events.hold(KEY, [(NORMAL, ADMITTED, "m")], 3.0)
     cache.forget(KEY)
-    assert cache.take_events(KEY) == []
+    assert cache.held_events.take(KEY) == []
 
 
 class _FlakyClient:

@@ -99,24 +99,24 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
         rt.queue_job(a.key, urgent=True)
         metrics.ADMISSIONS.labels(pool=a.pool, result="admitted").inc()
     for p in plan.preempt:
-        cache.nominate(p.key, p.pool, p.gpus_by_node)
+        cache.handoffs.nominate(p.key, p.pool, p.gpus_by_node)
         by = cache.job(p.key)
         prio = by.spec.priority if by is not None and by.spec is not None else 0
         for v in p.victims:
-            cache.request_stop(v.key, v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
+            cache.handoffs.request_stop(v.key, v.reason, preemption_message(p.key, prio, v), v.lost_gpu_seconds)
             metrics.PREEMPTIONS.labels(reason=v.reason).inc()
             metrics.PREEMPTION_LOST_GPU_HOURS.inc(v.lost_gpu_seconds / 3600)
             rt.queue_job(v.key, urgent=True)
     # admitted, or no longer waiting for its victims: the GPUs are no longer promised to it
-    cache.keep_nominations(w.key for w in plan.wait if w.reason == PREEMPTING)
-    for key in cache.hand_waits({w.key: (w.reason, w.message) for w in plan.wait}):
+    cache.handoffs.keep_nominations(w.key for w in plan.wait if w.reason == PREEMPTING)
+    for key in cache.handoffs.hand_waits({w.key: (w.reason, w.message) for w in plan.wait}):
         rt.queue_job(key)
     for g in plan.groups:
         pl = g.placement
-        cache.assume_group(g.key, AssumedGroup(g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason),
-                                               g.gpus_per_pod))
+        cache.assumptions.assume_group(g.key, AssumedGroup(
+            g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason), g.gpus_per_pod))
         rt.queue_service(g.key, urgent=True)
         metrics.ADMISSIONS.labels(pool=g.pool, result="admitted").inc()
-    for key in cache.hand_serving_waits(plan.serving_waits):
+    for key in cache.handoffs.hand_serving_waits(plan.serving_waits):
         rt.queue_service(key)
     return plan

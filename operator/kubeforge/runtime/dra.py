@@ -78,14 +78,14 @@ async def release_domains(rt: Runtime, key: Key, names: list[str]) -> None:
     ns = key[0]
     # A release sent is expected until the index shows the domain gone (EXPECTATION_TTL): the
     # old pods' deletions bring the job back several times before the watch does.
-    sent = rt.cache.pending_deletes(key)
+    sent = rt.cache.expectations.pending_deletes(key)
     names = [n for n in names if f"computedomain:{n}" not in sent]
-    rt.cache.expect_deleted(key, [f"computedomain:{n}" for n in names])
+    rt.cache.expectations.expect_deleted(key, [f"computedomain:{n}" for n in names])
     for name in names:
         try:
             await _release(rt, ns, name)
         except BaseException:
-            rt.cache.deleted_observed(key, f"computedomain:{name}")  # decided again on the retry
+            rt.cache.expectations.deleted_observed(key, f"computedomain:{name}")  # decided again on the retry
             raise
         log.info("trainingjob %s/%s: ComputeDomain %s released", ns, key[1], name)
 

@@ -89,7 +89,7 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     if pod.job is not None:
         key = (pod.namespace, pod.job)
         out[("job",) + key] = pod
-        rt.cache.created_observed(key, pod.name)
+        rt.cache.expectations.created_observed(key, pod.name)
         if _changed(pod, rt.cache.job_pods(key)):
             rt.queue_job_batched(key)
         if _frees_gpus(pod):
@@ -97,7 +97,7 @@ async def kf_pods(body: Any, memo: Any, **_: Any) -> dict:
     if pod.service is not None:
         key = (pod.namespace, pod.service)
         out[("svc",) + key] = pod
-        rt.cache.created_observed(service_key(key), pod.name)
+        rt.cache.expectations.created_observed(service_key(key), pod.name)
         if _changed(pod, rt.cache.service_pods(key)):
             rt.queue_service(key)
         if ADMISSION_GATE in pod.gates or _frees_gpus(pod):

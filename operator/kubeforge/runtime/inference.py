@@ -85,7 +85,7 @@ def query_for(rec: InferenceServiceRecord) -> str:
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
     patch = {**patch, "observedGeneration": rec.generation}
     books = service_key(rec.key)
-    with rt.cache.status_write(books):  # admitted groups must not expire while their write is in flight
+    with rt.cache.assumptions.status_write(books):  # admitted groups must not expire while their write is in flight
         written = await rt.client.patch_status(KIND, rec.namespace, rec.name, patch)
     rt.cache.remember(books, written)
 
@@ -117,7 +117,7 @@ async def _being_deleted(rt: Runtime, key: Key) -> bool:
     deletions by the garbage collector can arrive before the service's own event (another
     watch): read it once, only when a pod of it is being deleted by someone else, so that its
     deletion is never taken for lost replicas (a Warning and a recreation per group)."""
-    mine = rt.cache.pending_deletes(service_key(key))
+    mine = rt.cache.expectations.pending_deletes(service_key(key))
     if not any(p.deleting and not p.terminal and p.name not in mine for p in rt.cache.service_pods(key)):
         return False
     body = await rt.client.get(KIND, key[0], key[1])
@@ -250,7 +250,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         return 30.0
 
     groups = groups_of(rec.status)
-    assumed = cache.assumed_groups_of(key)
+    assumed = cache.assumptions.groups_of(key)
     holding = sum(1 for g in groups if g.holds) + sum(1 for i in assumed if i not in {g.index for g in groups})
     current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if not g.leaving)))
     interval = float(spec.autoscaling.polling_interval_seconds)
@@ -270,24 +270,24 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         now=now, desired=d.desired, pods=pods, nodes={n: x for n in names if (x := cache.node(n)) is not None},
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
         template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
-        waiting=cache.serving_wait_of(key),
+        waiting=cache.handoffs.serving_wait_of(key),
     )
     plan = plan_serving(rec, ctx)
     patch = _status_patch(rec, plan, d, q, mem, now, current)
     scaled = [(NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}")] if d.desired != current else []
-    cache.hold_events(books, scaled + _condition_events(rec, patch) + plan.events, now)
+    cache.held_events.hold(books, scaled + _condition_events(rec, patch) + plan.events, now)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
         except ApiError as e:
             if e.transient:
                 raise  # it may be on record all the same: the held Events wait for the next reconcile
-            cache.drop_events(books)
+            cache.held_events.drop(books)
             log.error("inferenceservice %s/%s: status write refused: %s", key[0], key[1], e)
             return 30.0
-    for type_, reason, message, at in cache.take_events(books):  # before the pods: a failed create must not lose them
+    for type_, reason, message, at in cache.held_events.take(books):  # before the pods: a failed create must not lose them
         rt.event(KIND, rec, type_, reason, message, at)
-    cache.forget_groups(key, plan.written_assumed)
+    cache.assumptions.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
     if plan.release or d.desired > holding:
         rt.wake_admission()
@@ -346,10 +346,10 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
     cache = rt.cache
     books = service_key(rec.key)
     if plan.delete:
-        cache.expect_deleted(books, plan.delete)  # ours: never taken for lost replicas
+        cache.expectations.expect_deleted(books, plan.delete)  # ours: never taken for lost replicas
         await gather_bounded([rt.client.delete("Pod", ns, n) for n in plan.delete])
     bodies = []
-    made = cache.pending_creates(books)
+    made = cache.expectations.pending_creates(books)
     for g, worker in plan.create:
         view = cache.view(g.pool)
         shape = group_shape(rec, view) if view is not None else None
@@ -361,11 +361,11 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
         if body["metadata"]["name"] not in made:
             bodies.append(body)
     if bodies:
-        cache.expect_created(books, [b["metadata"]["name"] for b in bodies])
+        cache.expectations.expect_created(books, [b["metadata"]["name"] for b in bodies])
         results = await gather_bounded([rt.client.create("Pod", ns, b) for b in bodies])
         for b, r in zip(bodies, results):
             if isinstance(r, BaseException):
-                cache.created_observed(books, b["metadata"]["name"])
+                cache.expectations.created_observed(books, b["metadata"]["name"])
                 if isinstance(r, ApiError) and not r.transient:
                     msg = f"the API server refused pod {b['metadata']['name']} (HTTP {r.code}): {r.message}"
                     await _not_ready(rt, rec, refusal_reason(r.code), msg, ctx.now)

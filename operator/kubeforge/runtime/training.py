@@ -65,7 +65,7 @@ async def namespace_terminating(rt: Runtime, namespace: str, pods: list[Pod]) ->
     GET, only on such a deletion) so that it is never taken for a preemption."""
     if rt.cache.namespace_terminating(namespace):
         return True
-    mine = rt.cache.pending_deletes((namespace, pods[0].job or "")) if pods else set()
+    mine = rt.cache.expectations.pending_deletes((namespace, pods[0].job or "")) if pods else set()
     if not any(p.deleting and not p.terminal and p.name not in mine for p in pods):
         return False
     try:
@@ -82,9 +82,9 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
     key = job.key
     pods = rt.cache.job_pods(key)
     placement = placement_of(job.status)
-    assumed = None if placement else rt.cache.assumed_for(key)
+    assumed = None if placement else rt.cache.assumptions.assumed_for(key)
     if placement is None:
-        rt.cache.stop_done(key)  # nothing left to preempt
+        rt.cache.handoffs.stop_done(key)  # nothing left to preempt
     held = placement or assumed
     names = set(held.nodes if held else ()) | {p.node for p in pods if p.node}
     nodes = {n: node for n in names if (node := rt.cache.node(n)) is not None}
@@ -102,10 +102,10 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
         request=request, pool_nodes=pool_nodes or {}, rank_gpus=rank, namespace_terminating=terminating,
         claim_wait=_claim_wait(rt, job),
         now=now, pods=pods, nodes=nodes, assumed=assumed,
-        waiting=rt.cache.wait_of(key), last_wait_write=rt.cache.last_wait_write(key),
-        pool_prices=prices, create_error=rt.cache.create_error(key),
+        waiting=rt.cache.handoffs.wait_of(key), last_wait_write=rt.cache.handoffs.last_wait_write(key),
+        pool_prices=prices, create_error=rt.cache.handoffs.create_error(key),
         spec_hash=spec_hash(job) if job.spec is not None else "",
-        preempted_by=rt.cache.stop_request(key),
+        preempted_by=rt.cache.handoffs.stop_request(key),
         domain_cliques=domain_cliques(rt, view, placement or assumed, job),
         compute_domains=tuple(rt.cache.job_compute_domains(key)),
     )
@@ -145,13 +145,13 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     now = time.time()
     terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
     plan = plan_training(job, _context(rt, job, now, terminating))
-    rt.cache.hold_events(key, plan.events, now)
+    rt.cache.held_events.hold(key, plan.events, now)
     if not await _write_status(rt, job, plan, now):
-        rt.cache.drop_events(key)
+        rt.cache.held_events.drop(key)
         return 1.0
     # The Events narrate the status just written: posted before the pods are touched, so a
     # failed create or delete (retried by the work queue) does not lose them.
-    for type_, reason, message, at in rt.cache.take_events(key):
+    for type_, reason, message, at in rt.cache.held_events.take(key):
         if type_ == WARNING or reason in LOGGED_NORMAL_REASONS:
             log.info("trainingjob %s/%s: %s: %s", key[0], key[1], reason, message)
         rt.event(KIND, job, type_, reason, message, at)
@@ -200,11 +200,11 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
     cache = rt.cache
     if plan.status is None:
         if plan.forget_assumed:
-            cache.forget_assumed(key)
+            cache.assumptions.forget(key)
         return True
     patch = dict(plan.status)
     patch["observedGeneration"] = job.generation
-    with cache.status_write(key):  # the assumed placement must not expire while it is being written
+    with cache.assumptions.status_write(key):  # the assumed placement must not expire while it is being written
         try:
             written = await rt.client.patch_status(KIND, key[0], key[1], patch, resource_version=job.resource_version)
         except ApiError as e:
@@ -212,23 +212,23 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
                 return False
             if not e.transient:  # 422 from a status the schema refuses: a bug of ours, say it once per key
                 log.error("trainingjob %s/%s: status write refused: %s", key[0], key[1], e)
-                cache.forget_assumed(key)
+                cache.assumptions.forget(key)
                 return False
             if patch.get("placement"):
-                cache.renew_assumed(key)  # no answer: the placement may be on record already
+                cache.assumptions.renew(key)  # no answer: the placement may be on record already
             raise
     if written is None:  # the job was deleted meanwhile: nothing to create for it
-        cache.forget_assumed(key)
+        cache.assumptions.forget(key)
         return False
     cache.remember(key, written)
     if plan.forget_assumed:
-        cache.confirm(key)
+        cache.assumptions.confirm(key)
     if plan.wrote_wait:
-        cache.wait_written(key, now)
+        cache.handoffs.wait_written(key, now)
     if "attempt" in patch or "placement" in patch:
-        cache.clear_create_error(key)
+        cache.handoffs.clear_create_error(key)
     if "attempt" in patch:
-        cache.stop_done(key)  # the stop is on record
+        cache.handoffs.stop_done(key)  # the stop is on record
     return True
 
 
@@ -238,23 +238,23 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     cache = rt.cache
     if plan.release_compute_domains:
         await release_domains(rt, key, plan.release_compute_domains)
-    gone = cache.pending_deletes(key)
+    gone = cache.expectations.pending_deletes(key)
     doomed = [n for n in plan.delete_pods if n not in gone]
     if doomed:
-        cache.expect_deleted(key, doomed)
+        cache.expectations.expect_deleted(key, doomed)
         await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
     if plan.ungate:
         # A lift sent is expected until the index shows the pod ungated (the claim's status
         # events bring the job back several times within a second): kept in the job's book of
         # its own writes not yet seen, under a name no pod has.
-        sent = cache.pending_creates(key)
+        sent = cache.expectations.pending_creates(key)
         gates = {p.name: p.gates for p in cache.job_pods(key)}
         patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates and f"ungate:{n}" not in sent]
-        cache.expect_created(key, [f"ungate:{n}" for n, _ in patches])
+        cache.expectations.expect_created(key, [f"ungate:{n}" for n, _ in patches])
         results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
         failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
         for n, r in failed:
-            cache.created_observed(key, f"ungate:{n}")
+            cache.expectations.created_observed(key, f"ungate:{n}")
             log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
         # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
         # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
@@ -271,21 +271,21 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         first.append(("Service", WORKERS_SERVICE, build_workers_service(ns)))
         cache.workers_service_sent(ns)
     claim = pvc_name(job.name)
-    if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.pending_creates(key):
+    if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.expectations.pending_creates(key):
         first.append(("PersistentVolumeClaim", claim, build_pvc(job)))
     view = cache.view(placement.pool)
     for kind, name, body in before_pods(view, job, plan.compute_domain) if plan.create_ranks or plan.compute_domain else ():
-        if name not in cache.pending_creates(key):
+        if name not in cache.expectations.pending_creates(key):
             first.append((kind, name, body))
     if first:
-        cache.expect_created(key, [name for kind, name, _ in first if kind != "Service"])
+        cache.expectations.expect_created(key, [name for kind, name, _ in first if kind != "Service"])
         results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
         failed = [(kind, name, r) for (kind, name, _), r in zip(first, results) if isinstance(r, BaseException)]
         # Forget the expectation of EVERY create that failed before raising: left behind, the
         # claim's would hide for EXPECTATION_TTL that it was never created, and the job (no pod,
         # no claim whose event would bring it back) would sleep until its startup timeout.
         for kind, name, _r in failed:
-            cache.created_observed(key, name)
+            cache.expectations.created_observed(key, name)
             if kind == "Service":
                 cache.workers_service_failed(ns)
         for kind, name, r in failed:
@@ -293,7 +293,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
                 raise r
         if failed:
             return
-    made = cache.pending_creates(key)
+    made = cache.expectations.pending_creates(key)
     ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
     if not ranks:
         return
@@ -306,11 +306,11 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
                              gpu_claim_template=gpu_template, channel_claim_template=channel_template,
                              scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
             for r in ranks]
-    cache.expect_created(key, [p["metadata"]["name"] for p in pods])
+    cache.expectations.expect_created(key, [p["metadata"]["name"] for p in pods])
     results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
     errors = [(p, r) for p, r in zip(pods, results) if isinstance(r, BaseException)]
     for p, r in errors:
-        cache.created_observed(key, p["metadata"]["name"])
+        cache.expectations.created_observed(key, p["metadata"]["name"])
     for p, r in errors:
         if not _refused(rt, key, attempt, "Pod", p["metadata"]["name"], r):
             raise r
@@ -332,7 +332,7 @@ def _refused(rt: Runtime, key: Key, attempt: int, kind: str, name: str, err: Bas
     """Hand a permanent refusal to the next decision (True); False for anything else."""
     if isinstance(err, ApiError) and not err.transient:
         log.warning("trainingjob %s/%s: %s %s refused: %s", key[0], key[1], kind, name, err)
-        rt.cache.create_refused(key, CreateError(attempt, kind, name, err.code, err.message))
+        rt.cache.handoffs.create_refused(key, CreateError(attempt, kind, name, err.code, err.message))
         rt.queue_job(key)
         return True
     return False
