@@ -330,7 +330,7 @@ def test_inference_service_defaults() -> None:
     a = spec.autoscaling
     assert a.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
     assert a.metric is Metric.VLLM_WAITING and a.query is None
-    assert (a.target_per_replica, a.tolerance, a.activation_threshold) == (4.0, 0.1, 0.0)
+    assert (a.target_per_replica, a.queue_target, a.tolerance, a.activation_threshold) == (None, 4.0, 0.1, 0.0)
     assert (a.scale_to_zero_after_seconds, a.polling_interval_seconds) == (300, 5)
     assert (a.scale_up.stabilization_window_seconds, a.scale_up.max_step,
             a.scale_up.period_seconds) == (0, 1, 10)

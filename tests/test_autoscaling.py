@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -372,7 +369,7 @@ def test_from_spec_defaults_are_the_api_models_defaults():
     assert (p.min_replicas, p.max_replicas, p.gpus_per_replica) == (
         fields["min_replicas"].default, fields["max_replicas"].default, 1)  # replica_gpus: 1 unless parallelism
     assert (p.target_per_replica, p.tolerance, p.activation_threshold, p.scale_to_zero_after_seconds) == (
-        a.target_per_replica, a.tolerance, a.activation_threshold, a.scale_to_zero_after_seconds)
+        a.queue_target, a.tolerance, a.activation_threshold, a.scale_to_zero_after_seconds)
     assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (
         up.stabilization_window_seconds, up.max_step, up.period_seconds)
     assert (p.scale_down_stabilization_seconds, p.scale_down_max_step, p.scale_down_period_seconds) == (
@@ -380,7 +377,7 @@ def test_from_spec_defaults_are_the_api_models_defaults():
 
 
 def test_defaults_are_the_benchmarked_ones():
-    """Chosen with e2e/bench_autoscaling.py --sweep (README-autoscaling.md): change them with it."""
+    """Chosen with the autoscaling bench's --sweep (e2e/README-autoscaling.md): change them with it."""
     p = policy()
     assert (p.scale_up_stabilization_seconds, p.scale_up_max_step, p.scale_up_period_seconds) == (0, 1, 10)
     assert (p.scale_down_stabilization_seconds, p.scale_down_max_step, p.scale_down_period_seconds) == (300, 1, 30)
@@ -439,26 +436,20 @@ def test_default_policy_does_not_flap_between_bursts_minutes_apart():
     assert old_reversals >= 5
 
 
-# --- the benchmark's arrival streams and replay (e2e/bench_autoscaling.py) -------------------
+# --- the benchmark's arrival streams and replay (e2e/bench/autoscaling/) -----------------------
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).resolve().parents[1] / "e2e" / "bench_autoscaling.py"
-    sys.path.insert(0, str(path.parent))
-    mod_spec = importlib.util.spec_from_file_location("bench_autoscaling", path)
-    mod = importlib.util.module_from_spec(mod_spec)
-    sys.modules["bench_autoscaling"] = mod
-    try:
-        mod_spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.modules.pop("bench_autoscaling", None)
+    import e2e.bench.autoscaling
+
+    return e2e.bench.autoscaling
 
 
-def test_bench_trace_default_is_relative_to_the_repository(bench):
-    root = Path(__file__).resolve().parents[1]
-    assert bench.DEFAULT_TRACE == root.parent / "shared" / "data" / "traces" / "azure-llm-inference-code-2023.csv"
+def test_bench_trace_default_is_the_shipped_copy(bench):
+    from kubeforge.sim.traces import AZURE_CODE, trace_path
+
+    assert bench.DEFAULT_TRACE == trace_path(AZURE_CODE) and bench.DEFAULT_TRACE.is_file()
 
 
 def test_diurnal_fraction_is_one_smooth_day(bench):
@@ -525,7 +516,7 @@ class Scripted:
 
 
 def test_replay_counts_patches_reversals_and_replica_minutes(bench):
-    from _bench_replay import replay
+    from e2e.bench.autoscaling.replay import replay
 
     r = replay(Scripted({10.0: 3, 20.0: 2, 30.0: 4}, False), [], 40.0, 1, False, bench.MODEL)
     assert (r.patches, r.reversals, r.max_replicas) == (3, 2, 4)  # up, down (reversal), up (reversal)
@@ -536,7 +527,7 @@ def test_replay_counts_patches_reversals_and_replica_minutes(bench):
 def test_drain_finishes_in_flight_requests_where_delete_aborts_them(bench):
     from kubeforge.sim.modelserver import Request
 
-    from _bench_replay import replay
+    from e2e.bench.autoscaling.replay import replay
 
     long = [Request(1.0 + 0.1 * i, 0.5, 2000, 100, i + 1) for i in range(8)]  # ~100 s of decode each
     kept = replay(Scripted({5.0: 1}, True), long, 300.0, 4, True, bench.MODEL)
@@ -547,7 +538,7 @@ def test_drain_finishes_in_flight_requests_where_delete_aborts_them(bench):
 
 
 def test_targets_are_judged_against_the_same_run(bench):
-    from _bench_replay import Result
+    from e2e.bench.autoscaling.replay import Result
 
     def res(name, ttfts, rep_s, rev, waits, aborted=0):
         r = Result(name, ttfts=ttfts, arrivals=[0.0] * len(ttfts), waits=waits, requests=len(ttfts) + aborted,
@@ -567,7 +558,7 @@ def test_targets_are_judged_against_the_same_run(bench):
 
 
 def test_histogram_quantile_interpolates_like_prometheus():
-    from _bench_replay import histogram_quantile
+    from e2e.bench.autoscaling.replay import histogram_quantile
 
     assert histogram_quantile(0.5, (1.0, 2.0), [2, 2, 0]) == pytest.approx(1.0)
     assert histogram_quantile(0.75, (1.0, 2.0), [2, 2, 0]) == pytest.approx(1.5)

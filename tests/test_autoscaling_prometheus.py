@@ -17,15 +17,18 @@ from kubeforge.autoscaling import Signals
 from kubeforge.autoscaling._promql import SIGNAL_EXPRESSIONS
 from kubeforge.autoscaling.prometheus import (
     DEFAULT_QUERIES,
+    HELD_QUERY,
     QueryResult,
     parse_query_response,
     parse_signals_response,
     query_scalar,
     query_scalar_sync,
     read_signals,
+    reads_held,
     render_query,
     resolve_query,
     signals_query,
+    with_held,
 )
 
 
@@ -223,6 +226,34 @@ def test_resolve_query_names_default_and_custom():
     assert resolve_query(None, "ml", "llama") == render_query(DEFAULT_QUERIES["VLLMWaiting"], "ml", "llama")
     assert "sglang:num_queue_reqs" in resolve_query("SGLangQueue", "ml", "s")
     assert resolve_query("sum(my_queue)", "ml", "s") == "sum(my_queue)"
+
+
+_OK = QueryResult(3.0, 100.0, None)
+_HELD2 = QueryResult(2.0, 101.0, None)
+_EMPTY = QueryResult(None, None, "empty result", empty=True)
+_DOWN = QueryResult(None, None, "connection failed")
+
+
+@pytest.mark.parametrize("queue, held, value, error", [
+    (_OK, _HELD2, 5.0, None),            # both: summed
+    (_EMPTY, _HELD2, 2.0, None),         # the engine's series gone with its last pod: the held requests alone
+    (_OK, _EMPTY, 3.0, None),            # no activator series: the queue alone
+    (_EMPTY, _EMPTY, None, "empty result"),  # nothing at all: held as "no data"
+    (_DOWN, _HELD2, None, "connection failed"),  # a failed queue query stays failed
+    (_OK, _DOWN, 3.0, None),             # a failed held query leaves the queue as read
+])
+def test_the_activators_held_requests_are_added_to_any_queue(queue, held, value, error):
+    """Issue 32.4: a Custom (or SGLang) queue at zero replicas has no series; the activator's held
+    requests bring the service back."""
+    got = with_held(queue, held)
+    assert (got.value, got.error) == (value, error)
+
+
+def test_a_query_that_reads_the_held_requests_itself_is_sent_alone():
+    assert reads_held(DEFAULT_QUERIES["VLLMWaiting"])
+    assert not any(reads_held(DEFAULT_QUERIES[k]) for k in ("SGLangQueue", "TritonPending", "TGIQueue"))
+    assert reads_held("sum(my_queue) + sum(kubeforge_activator_queue_length{service='{name}'})")
+    assert render_query(HELD_QUERY, "ns", "chat") == 'sum(kubeforge_activator_queue_length{namespace="ns",service="chat"})'
 
 
 def test_parse_never_raises_on_junk():

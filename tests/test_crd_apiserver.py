@@ -142,6 +142,9 @@ def test_invalid_training_job_is_rejected(cluster: Any, namespace: str, name: st
          ["spec.autoscaling.slo.timeToFirstTokenSeconds", "should be greater than 0"]),
         ("slo-p100", {"autoscaling": {"slo": {"interTokenLatencySeconds": 0.1, "percentile": 100}}},
          ["spec.autoscaling.slo.percentile", "should be less than or equal to 99"]),
+        # issue 32.5: targetPerReplica would be silently ignored beside slo
+        ("slo-and-target", {"autoscaling": {"targetPerReplica": 2, "slo": {"timeToFirstTokenSeconds": 1}}},
+         ["spec.autoscaling", "with autoscaling.slo the latency targets size the service: set one of them"]),
     ],
 )
 def test_invalid_inference_service_is_rejected(cluster: Any, namespace: str, name: str,
@@ -236,7 +239,8 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     auto = spec["autoscaling"]
     assert auto["prometheusURL"] == "http://prometheus-operated.monitoring.svc:9090"
     assert auto["metric"] == "VLLMWaiting"
-    assert auto["targetPerReplica"] == 4
+    assert "targetPerReplica" not in auto  # no schema default: set, it must not meet slo (issue 32.5)
+    assert parse_as(InferenceService, obj).spec.autoscaling.queue_target == 4
     assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 1, "periodSeconds": 10}
     assert auto["scaleDown"] == {"stabilizationWindowSeconds": 300, "maxStep": 2,
                                  "periodSeconds": 30}
@@ -250,6 +254,20 @@ def test_slo_inference_service_is_accepted_and_defaulted(cluster: Any, namespace
     assert obj["spec"]["autoscaling"]["slo"] == {"timeToFirstTokenSeconds": 1.5, "percentile": 90, "windowSeconds": 60}
     slo = parse_as(InferenceService, obj).spec.autoscaling.slo
     assert (slo.time_to_first_token_seconds, slo.inter_token_latency_seconds) == (1.5, None)
+
+
+def test_slo_beside_a_target_stored_before_the_rule_is_ratcheted_not_refused(cluster: Any, namespace: str) -> None:
+    """An object stored with targetPerReplica (as the schema used to default it) may add slo: the
+    rule refuses only a targetPerReplica created or changed beside slo, so an upgrade never makes
+    a stored object unwritable; the operator then says the target is ignored (ScalingActive)."""
+    apply(cluster, namespace, inference_service("old", autoscaling={"targetPerReplica": 4}))
+    apply(cluster, namespace, inference_service("old", autoscaling={"targetPerReplica": 4,
+                                                                    "slo": {"timeToFirstTokenSeconds": 1}}))
+    changed = apply(cluster, namespace, inference_service("old", autoscaling={
+        "targetPerReplica": 3, "slo": {"timeToFirstTokenSeconds": 1}}), check=False)
+    assert changed.returncode != 0 and "set one of them" in changed.stderr
+    obj = get_json(cluster, "-n", namespace, "inferenceservice", "old")
+    assert parse_as(InferenceService, obj).spec.autoscaling.ignored_target
 
 
 def test_valid_gpu_pool_is_accepted_and_defaulted(cluster: Any) -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from kubeforge.admission import (
-    JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_view, quota_book,
+    JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_status, pool_view, quota_book,
 )
 from kubeforge.admission._victims import choose_victims
 from kubeforge.builders.training import (
@@ -321,3 +321,41 @@ def test_whole_domain_preemption_property(specs):
         other = choose_victims(pre, req, v, book, alone, {}, frozenset(), NOW)
         if other is not None and other[1].domain == f"c{r}":
             assert lost <= sum(x.lost_gpu_seconds for x in other[0]) + 1e-6
+
+
+# --------------------------------------------------------------------------- a missing DeviceClass (issue 32.3)
+
+
+def test_a_dra_pool_whose_device_class_is_missing_is_not_ready_and_admits_nothing():
+    """The DeviceClass is not among those that exist: the pool says DeviceClassNotFound (not
+    Ready=True) and the gang waits with the same reason, holding nothing; with the class, it is
+    admitted. Unknown classes (None) refuse nothing."""
+    pool = dra_pool()
+    job = mk_job("j", replicas=1, gpus=4)
+    for classes, admitted in ((frozenset({"other.example.com"}), False), (frozenset({DRIVER}), True), (None, True)):
+        snap = replace(dra_snapshot([pool], rack(1, 2), jobs=[job]), device_classes=classes)
+        plan = plan_admission(snap, NOW)
+        assert bool(plan.admit) == admitted
+        view_ = plan.views["p"]
+        st = pool_status(view_, plan.ledgers[KEY], NOW)
+        ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+        if admitted:
+            assert ready["status"] == "True"
+            continue
+        assert (ready["status"], ready["reason"]) == ("False", "DeviceClassNotFound")
+        assert DRIVER in ready["message"] and "other.example.com" in ready["message"]
+        assert st["nodes"]["total"] == 2  # its nodes are still shown
+        (wait,) = [w for w in plan.wait if w.key == job.key]
+        assert wait.reason == "DeviceClassNotFound" and "does not exist" in wait.message
+
+
+def test_an_empty_selector_counts_only_nodes_with_the_pools_gpus():
+    """Issue 32, cosmetic: a device-plugin pool with an empty nodeSelector selected every node (a
+    DRA node listing nvidia.com/gpu at 0, a CPU node); it selects the nodes with its GPUs, and a
+    DRA pool with an empty selector the nodes with its driver's devices."""
+    dp = [mk_node(f"dp-{i}", gpus=4) for i in range(2)]
+    cpu = mk_node("cpu-0", gpus=0)
+    snap = dra_snapshot([mk_pool("q"), dra_pool("p")], rack(1, 3) + dp)
+    snap = replace(snap, nodes={**snap.nodes, cpu.name: cpu})  # no slice: a CPU node
+    assert [n.name for n in pool_view(mk_pool("q"), snap.nodes, {}).nodes] == ["dp-0", "dp-1"]
+    assert [n.name for n in pool_view(dra_pool("p", selector={}), snap.nodes, {}).nodes] == ["r0-00", "r0-01", "r0-02"]

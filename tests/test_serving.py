@@ -80,6 +80,19 @@ def test_a_replica_is_one_pod_or_whole_nodes(gpus, par, want):
         assert shape.level == "nvlink"
 
 
+def test_a_shape_error_is_reported_with_one_warning_event_not_one_per_reconcile():
+    """Issue 32.6: InvalidSpec (e.g. tensor x pipeline not a multiple of the node's GPUs) comes
+    with a Warning Event, as a TrainingJob's does, once per message."""
+    why = "tensor x pipeline = 12 GPUs is not a multiple of 8"
+    p = plan(svc(), shape=None, shape_error=why)
+    assert ("Warning", "InvalidSpec", why) in p.events
+    cond = next(c for c in p.status["conditions"] if c["type"] == "Ready")
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+    again = plan(mk_service("llm", status={"conditions": p.status["conditions"]}, gpus=None,
+                            parallelism={"tensor": 8, "pipeline": 2}), shape=None, shape_error=why, now=NOW + 5)
+    assert "InvalidSpec" not in reasons(again)
+
+
 # --------------------------------------------------------------------------- admitted, ready, endpoints
 
 

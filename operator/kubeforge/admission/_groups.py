@@ -85,6 +85,10 @@ def place_groups(snapshot: Snapshot, views: Mapping[str, PoolView],
                 if isinstance(shape, str):
                     notes.append(shape)
                     continue
+                if view.unavailable is not None:
+                    permanent = False
+                    notes.append(view.unavailable[1])
+                    continue
                 result = place_gang(group_request(svc, view, shape), view.nodes, view.levels, taken[view.resource])
                 if isinstance(result, Placement):
                     for node, gpus in result.gpus_by_node.items():

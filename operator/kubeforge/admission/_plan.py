@@ -204,7 +204,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo = memo if memo is not None else AdmissionMemo()
     for name, pool in snapshot.pools.items():
         plan.views[name] = pool_view(pool, snapshot.nodes, plan.ledgers[pool_resource(pool)].per_node,
-                                     memo.views.get(name))
+                                     memo.views.get(name), snapshot.device_classes)
     memo.views = dict(plan.views)
     rules = rules if rules is not None else AdmissionRules()
     rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Mapping
 
-from kubeforge.admission._snapshot import pool_capacity_type, pool_resource
+from kubeforge.admission._snapshot import is_dra_pool, pool_capacity_type, pool_resource
 from kubeforge.api import LevelSource
-from kubeforge.objects import Node, PoolRecord
+from kubeforge.objects import DEVICE_CLASS_NOT_FOUND, Node, PoolRecord
 from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, detect_levels, node_info, place_gang, with_paths
 from kubeforge.selectors import selector_matches
 
@@ -35,6 +35,9 @@ class PoolView:
         labels_key: A hash of the nodes' names and labels (the topology a placement reads),
             computed once per build: :class:`~kubeforge.admission.AdmissionMemo` compares it
             between rounds.
+        unavailable: ``(reason, message)`` when the pool can place nothing whatever its nodes
+            offer (a DRA pool whose DeviceClass does not exist), else None: admission puts
+            nothing there and its ``Ready`` condition says why.
     """
 
     name: str
@@ -47,6 +50,7 @@ class PoolView:
     price: float | None = None
     basis: tuple = field(default=(), compare=False, repr=False)
     labels_key: int = field(default=0, compare=False, repr=False)
+    unavailable: tuple[str, str] | None = None
 
     @cached_property
     def by_name(self) -> Mapping[str, NodeInfo]:
@@ -56,28 +60,48 @@ class PoolView:
 
 
 def pool_members(pool: PoolRecord, nodes: Mapping[str, Node]) -> list[Node]:
-    """The nodes ``pool`` selects, by name. An empty ``nodeSelector`` selects every node that
-    has the pool's GPU resource (as the API documents); a pool whose spec does not parse
-    selects nothing."""
+    """The nodes ``pool`` selects, by name. An empty ``nodeSelector`` (no ``matchLabels`` and no
+    ``matchExpressions``) selects every node that has the pool's GPU resource (as the API
+    documents: a count above 0; for a DRA pool, devices of its driver), so a device-plugin pool
+    never counts DRA nodes (which may list the resource at 0), nor a DRA pool device-plugin ones;
+    a pool whose spec does not parse selects nothing."""
     if pool.spec is None:
         return []
     selector = pool.spec.node_selector.to_dict()
-    resource = pool.spec.gpu_resource_name
+    empty = not selector.get("matchLabels") and not selector.get("matchExpressions")
+    resource = pool_resource(pool)
     out = []
     for name in sorted(nodes):
         node = nodes[name]
-        if not selector:
-            if resource in node.capacity or resource in node.allocatable:
+        if empty:
+            if node.capacity.get(resource, 0) > 0 or node.allocatable.get(resource, 0) > 0:
                 out.append(node)
         elif selector_matches(selector, node.labels):
             out.append(node)
     return out
 
 
+def pool_unavailable(pool: PoolRecord, device_classes: frozenset[str] | None) -> tuple[str, str] | None:
+    """``(reason, message)`` when ``pool`` can place nothing whatever its nodes offer, else None:
+    a DRA pool whose ``spec.dra.deviceClassName`` is not among ``device_classes`` (None: not
+    known, nothing is refused). Every ResourceClaim kubeforge would make names that class, and
+    the API server refuses a pod whose claim's class does not exist, so admitting there would
+    hold GPUs for pods that can never start (issue 32.3)."""
+    if device_classes is None or not is_dra_pool(pool):
+        return None
+    name = pool.spec.dra.device_class_name  # type: ignore[union-attr]
+    if name in device_classes:
+        return None
+    known = ", ".join(sorted(device_classes)[:5]) or "none"
+    return DEVICE_CLASS_NOT_FOUND, (f"DeviceClass {name} (spec.dra.deviceClassName) does not exist: install the DRA "
+                                    f"driver that provides it, or name one that exists ({known})")
+
+
 def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[str, int],
-              reuse: PoolView | None = None) -> PoolView:
+              reuse: PoolView | None = None, device_classes: frozenset[str] | None = None) -> PoolView:
     """Build the :class:`PoolView` of ``pool`` from the cluster's nodes and the ledger's
-    GPUs held per node (``allocated``).
+    GPUs held per node (``allocated``); ``device_classes``: the DeviceClasses that exist
+    (:attr:`Snapshot.device_classes`), for :attr:`PoolView.unavailable`.
 
     ``reuse``: the same pool's view from an earlier round. When it was built from an equal
     pool spec and the very same node records (:attr:`PoolView.basis`; the cache replaces a
@@ -91,7 +115,7 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     if reuse is not None and _same_basis(reuse.basis, basis):
         infos = tuple(n if n.gpus_allocated == (held := max(0, int(allocated.get(n.name, 0))))
                       else replace(n, gpus_allocated=held) for n in reuse.nodes)
-        return replace(reuse, record=pool, nodes=infos)
+        return replace(reuse, record=pool, nodes=infos, unavailable=pool_unavailable(pool, device_classes))
     tolerations = tuple(t.to_dict() for t in pool.spec.tolerations) if pool.spec else ()
     capacity = pool_capacity_type(pool)
     resource = pool_resource(pool)
@@ -106,7 +130,8 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     infos = tuple(with_paths(infos, levels))
     price = pool.spec.price_per_gpu_hour if pool.spec else None
     labels_key = hash(tuple((n.name, frozenset(n.labels.items())) for n in infos))
-    return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price, basis, labels_key)
+    return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price, basis, labels_key,
+                    pool_unavailable(pool, device_classes))
 
 
 def _same_basis(a: tuple, b: tuple) -> bool:

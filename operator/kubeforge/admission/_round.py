@@ -15,7 +15,7 @@ from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import (
-    INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
+    DEVICE_CLASS_NOT_FOUND, INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
     Key, PlacementRecord, gpu_request_conflict,
 )
 from kubeforge.placement import GangRequest, NoFit, PendingGang, Placement, place_gang
@@ -145,6 +145,7 @@ class Round:
         ns = job.record.namespace
         notes: list[str] = []
         missing = 0  # notes that say a pool does not exist
+        unavailable = 0  # notes that say a pool can place nothing (its DeviceClass is missing)
         over_quota = False  # a pool's quota refused the gang
         permanent_everywhere = True
         tried: list[str] = []
@@ -158,6 +159,11 @@ class Round:
             if view is None:
                 missing += 1
                 notes.append(f"GPUPool {name!r} does not exist")
+                continue
+            if view.unavailable is not None:
+                unavailable += 1
+                permanent_everywhere = False  # installing the driver (or the class) lets it in
+                notes.append(f"pool {name}: {view.unavailable[1]}" if len(pools) > 1 else view.unavailable[1])
                 continue
             spec = job.record.spec
             conflict = gpu_request_conflict(spec.template.spec, spec.gpus_per_replica, view.resource)  # type: ignore[union-attr]
@@ -179,11 +185,14 @@ class Round:
             notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
         for name in tried:
             view = self.views.get(name)
-            pre = self._preempt(job, self._request(job, request, view), name) if view else None
+            pre = self._preempt(job, self._request(job, request, view), name) \
+                if view is not None and view.unavailable is None else None
             if pre is not None:
                 return pre
         if missing == len(notes):
             return Wait(job.key, POOL_NOT_FOUND, "; ".join(notes))
+        if unavailable and missing + unavailable == len(notes):
+            return Wait(job.key, DEVICE_CLASS_NOT_FOUND, "; ".join(notes))
         if over_quota:
             return Wait(job.key, QUOTA_EXCEEDED, "; ".join(notes))
         reason = UNSCHEDULABLE if permanent_everywhere and tried and tried[-1] == pools[-1] else WAITING_FOR_CAPACITY

@@ -93,6 +93,8 @@ class Snapshot:
             made, so every pool view reads DRA and device-plugin GPUs the same way.
         resource_claims: ResourceClaims with an allocation (their devices are held).
         compute_domains: ComputeDomains kubeforge made, by (namespace, name).
+        device_classes: The DeviceClasses that exist (``resource.k8s.io/v1``), by name; None
+            when not known (then no DRA pool is refused for its class).
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -109,6 +111,7 @@ class Snapshot:
     devices: DeviceInventory = EMPTY_INVENTORY
     resource_claims: Sequence[ClaimView] = ()
     compute_domains: Mapping[Key, ComputeDomainView] = field(default_factory=dict)
+    device_classes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.devices.gpus:

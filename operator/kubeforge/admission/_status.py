@@ -21,6 +21,8 @@ def _ready(view: PoolView, nodes_usable: int, nodes_total: int, free: int) -> tu
     rec = view.record
     if rec.spec is None:  # say what is wrong, not "matches no node" (an invalid selector selects nothing)
         return False, INVALID_SPEC, rec.spec_error or "invalid spec"
+    if view.unavailable is not None:
+        return (False, *view.unavailable)
     if not view.nodes:
         return False, NO_NODES, "nodeSelector matches no node"
     if not any(n.gpus_capacity for n in view.nodes):

@@ -157,6 +157,11 @@ class LatencySLO(KubeModel):
     )
 
 
+DEFAULT_TARGET_PER_REPLICA = 4.0
+"""Queue length per replica of queue-depth mode when targetPerReplica is left out (vLLM's
+waiting requests; KServe's KEDA examples target a few waiting requests per replica)."""
+
+
 class Autoscaling(KubeModel):
     """Autoscaling sizes the service from metrics read from Prometheus. Without slo
     (queue-depth mode, the default): desired = ceil(metric / targetPerReplica). With slo:
@@ -169,6 +174,16 @@ class Autoscaling(KubeModel):
                 {
                     "rule": "self.metric != 'Custom' || (has(self.query) && self.query != '')",
                     "message": "autoscaling.query is required when autoscaling.metric is Custom",
+                },
+                {
+                    # Refused when created or changed; an object stored before this rule (whose
+                    # targetPerReplica the schema defaulted) is ratcheted, and ScalingActive says
+                    # the field is ignored.
+                    "rule": "!has(self.slo) || !has(self.targetPerReplica) || (oldSelf.hasValue() && "
+                    "has(oldSelf.value().targetPerReplica) && oldSelf.value().targetPerReplica == self.targetPerReplica)",
+                    "optionalOldSelf": True,
+                    "message": "autoscaling.targetPerReplica is queue-depth mode's target; with autoscaling.slo the "
+                    "latency targets size the service: set one of them",
                 },
                 {
                     "rule": "!has(self.slo) || self.metric == 'VLLMWaiting'",
@@ -193,22 +208,28 @@ class Autoscaling(KubeModel):
     metric: Metric = Field(
         default=Metric.VLLM_WAITING,
         description="metric is the queue of queue-depth mode: VLLMWaiting (sum of "
-        "vllm:num_requests_waiting over the service's pods plus the requests the activator "
-        "holds while it has no ready replica), SGLangQueue (sum of sglang:num_queue_reqs) or "
-        "Custom (query). With slo set it must stay VLLMWaiting.",
+        "vllm:num_requests_waiting over the service's pods), SGLangQueue (sum of "
+        "sglang:num_queue_reqs) or Custom (query). Whatever the metric, the requests the "
+        "activator holds while the service has no ready replica "
+        "(kubeforge_activator_queue_length) are added to it, so a service at zero replicas "
+        "comes back when requests arrive. With slo set it must stay VLLMWaiting.",
     )
     query: Optional[str] = Field(
         default=None,
         max_length=4096,
         description="query is a PromQL expression returning one number: the queue length of "
         "the whole service. Required when metric is Custom, ignored otherwise. The "
-        "placeholders {namespace} and {name} are replaced by the service's namespace and name.",
+        "placeholders {namespace} and {name} are replaced by the service's namespace and name. "
+        "While no replica is ready the activator's held requests are added to it, unless the "
+        "query reads kubeforge_activator_queue_length itself.",
     )
-    target_per_replica: float = Field(
-        default=4.0,
+    target_per_replica: Optional[float] = Field(
+        default=None,
         gt=0,
         description="targetPerReplica is the queue length that one replica should carry "
-        "(queue-depth mode).",
+        "(queue-depth mode). Default 4. Not allowed with slo, which sizes the service from "
+        "latency targets instead; an object stored with both before that rule keeps working, "
+        "slo wins, and the ScalingActive condition says targetPerReplica is ignored.",
     )
     tolerance: float = Field(
         default=0.1,
@@ -255,6 +276,18 @@ class Autoscaling(KubeModel):
         "model of ITL against running requests, the inter-token latency), and scale-up goes "
         "there at once. Left out, the service scales on queue depth (metric).",
     )
+
+    @property
+    def queue_target(self) -> float:
+        """The queue length per replica of queue-depth mode: targetPerReplica, else
+        :data:`DEFAULT_TARGET_PER_REPLICA`."""
+        return DEFAULT_TARGET_PER_REPLICA if self.target_per_replica is None else self.target_per_replica
+
+    @property
+    def ignored_target(self) -> bool:
+        """Whether targetPerReplica is set beside slo (only on an object stored before the rule
+        that refuses it): slo wins and the field is ignored."""
+        return self.slo is not None and self.target_per_replica is not None
 
     @model_validator(mode="after")
     def _custom_needs_query(self) -> "Autoscaling":

@@ -169,7 +169,7 @@ class AutoscalingPolicy:
         return cls(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
-            target_per_replica=float(a.target_per_replica),
+            target_per_replica=float(a.queue_target),
             tolerance=float(a.tolerance),
             activation_threshold=float(a.activation_threshold),
             scale_to_zero_after_seconds=float(a.scale_to_zero_after_seconds),

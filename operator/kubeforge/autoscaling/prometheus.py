@@ -65,6 +65,8 @@ from ._signals import Signals
 
 __all__ = [
     "DEFAULT_QUERIES",
+    "HELD_METRIC",
+    "HELD_QUERY",
     "PROMETHEUS_ERROR_TYPES",
     "QueryResult",
     "parse_query_response",
@@ -72,10 +74,12 @@ __all__ = [
     "query_scalar",
     "query_scalar_sync",
     "read_signals",
+    "reads_held",
     "render_query",
     "resolve_query",
     "signals_query",
     "url_allowed",
+    "with_held",
 ]
 
 _SEL = '{namespace="{namespace}",service="{service}"}'
@@ -98,6 +102,43 @@ DEFAULT_QUERIES: dict[str, str] = {
 
 #: The query used when the spec names none.
 DEFAULT_QUERY_NAME = "VLLMWaiting"
+
+#: The requests the kubeforge activator holds for one service while it has no ready replica.
+HELD_QUERY = _HELD
+HELD_METRIC = "kubeforge_activator_queue_length"
+
+
+def reads_held(template: str) -> bool:
+    """Whether a queue query already counts the activator's held requests (it names
+    :data:`HELD_METRIC`, as ``VLLMWaiting`` does): such a query is sent as written; any other is
+    summed with :data:`HELD_QUERY` while the service has no ready replica (:func:`with_held`)."""
+    return HELD_METRIC in template
+
+
+def with_held(queue: QueryResult, held: QueryResult) -> QueryResult:
+    """The queue plus the requests the activator holds, so that a service at zero replicas comes
+    back whatever its metric (issue 32: a Custom or SGLang queue has no series once the last pod
+    is gone, and without the held requests nothing would ever scale it up again).
+
+    A missing side counts as 0 (as in ``VLLMWaiting``); both missing stays "empty result",
+    which holds the replicas. A failed queue query stays failed (its error is reported); a
+    failed held query leaves the queue as read.
+
+    Args:
+        queue: The service's queue metric (:func:`query_scalar` of its query).
+        held: :func:`query_scalar` of :data:`HELD_QUERY`.
+
+    Returns:
+        The combined :class:`QueryResult`.
+    """
+    if not queue.ok and not queue.empty:
+        return queue
+    if not held.ok:
+        return queue
+    if queue.empty:
+        return QueryResult(value=held.value, time=held.time, error=None)
+    assert queue.value is not None and held.value is not None
+    return QueryResult(value=queue.value + held.value, time=queue.time, error=None)
 
 
 def _escape_label_value(value: str) -> str:

@@ -233,6 +233,11 @@ NO_USABLE_NODES: Final = "NoUsableNodes"
 NO_NODES: Final = "NoNodes"
 """``Ready=False`` (Warning Event): the selector matches no node, or none of the matched nodes
 has the pool's GPU resource (a typo in ``gpuResourceName``, or the device plugin is not running)."""
+DEVICE_CLASS_NOT_FOUND: Final = "DeviceClassNotFound"
+"""``Ready=False`` (Warning Event) of a DRA pool whose ``spec.dra.deviceClassName`` names no
+DeviceClass (the DRA driver that installs it is missing, or a typo): nothing is admitted into it.
+Also the reason a TrainingJob's ``Admitted=False`` and an InferenceService's ``Ready=False`` give
+while every pool they list is such a pool."""
 LEVELS_DETECTED: Final = "LevelsDetected"
 """``TopologyReady=True``: the levels were detected from the nodes' labels."""
 LEVELS_FOUND: Final = "LevelsFound"

@@ -50,7 +50,7 @@ from kubeforge.objects import (
     ADMITTED, DEFAULT_NOT_READY_GRACE, DRAINING, INVALID_SPEC, NO_FAILED_GROUPS, NO_READY_REPLICAS, NORMAL,
     PLACEMENT_LOST, READY as READY_CONDITION, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED, REPLICA_GROUP_RESTARTED,
     REPLICAS_READY, ROLLING_OUT, SCALED_TO_ZERO, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
-    GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason,
+    GroupRecord, InferenceServiceRecord, Node, Pod, condition, groups_of, interruption_reason,
 )
 from kubeforge.admission import AssumedGroup, GroupShape, scale_down_order
 
@@ -475,6 +475,9 @@ def _status(st: _Step, groups: Mapping[int, GroupRecord]) -> dict[str, Any]:
     conds = svc.status.get("conditions")
     gen = svc.generation
     if ctx.shape_error:
+        before = condition(svc.status, READY_CONDITION) or {}
+        if (before.get("reason"), before.get("message")) != (INVALID_SPEC, ctx.shape_error):
+            st.event(WARNING, INVALID_SPEC, ctx.shape_error)  # once, as a TrainingJob's InvalidSpec
         conds = set_condition(conds, READY_CONDITION, False, INVALID_SPEC, ctx.shape_error, ctx.now, gen)
     elif ready:
         conds = set_condition(conds, READY_CONDITION, True, REPLICAS_READY, f"{ready} of {ctx.desired} replicas ready", ctx.now, gen)
