@@ -38,7 +38,9 @@ from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, 
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.drain import running_by_pod
 from kubeforge.autoscaling import Signals
-from kubeforge.autoscaling.prometheus import DEFAULT_QUERIES, QueryResult, query_scalar, read_signals, render_query
+from kubeforge.autoscaling.prometheus import (
+    DEFAULT_QUERIES, HELD_QUERY, QueryResult, query_scalar, read_signals, reads_held, render_query, with_held,
+)
 from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
 from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
@@ -75,11 +77,15 @@ class ServiceMemory:
 _http: httpx.AsyncClient | None = None
 
 
+def _template(rec: InferenceServiceRecord) -> str:
+    """The queue's PromQL template: the user's query (Custom, or any given), else the metric's."""
+    a = rec.spec.autoscaling  # type: ignore[union-attr]
+    return a.query or DEFAULT_QUERIES.get(a.metric.value, DEFAULT_QUERIES["VLLMWaiting"])
+
+
 def query_for(rec: InferenceServiceRecord) -> str:
     """The PromQL to run: the user's query (Custom, or any given), else the metric's default."""
-    a = rec.spec.autoscaling  # type: ignore[union-attr]
-    template = a.query or DEFAULT_QUERIES.get(a.metric.value, DEFAULT_QUERIES["VLLMWaiting"])
-    return render_query(template, rec.namespace, rec.name)
+    return render_query(_template(rec), rec.namespace, rec.name)
 
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
@@ -143,7 +149,11 @@ async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult,
         return QueryResult(None, None, refusal), None
     http = await _http_client()
     if a.slo is None and (a.query or a.metric.value != "VLLMWaiting"):  # a named or custom queue: one number
-        return await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT), None
+        q = await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT)
+        if reads_held(_template(rec)) or rec.status.get("readyReplicas"):
+            return q, None  # the activator holds requests only while no replica is ready
+        held = render_query(HELD_QUERY, rec.namespace, rec.name)
+        return with_held(q, await query_scalar(http, a.prometheus_url, held, timeout=PROMETHEUS_TIMEOUT)), None
     # vLLM's own series: the queue (waiting + the activator's held), and the running requests that
     # keep a service from counting as idle; every latency signal in SLO mode. One query.
     slo = a.slo
@@ -322,6 +332,8 @@ def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q
     active_msg = d.inactive_reason or d.reason
     if q.error:
         active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
+    if spec.autoscaling.ignored_target:
+        active_msg = f"{active_msg}; targetPerReplica is ignored: slo sizes the service"
     limited = d.limited_reason or "desired replicas within bounds and capacity"
     if d.limited_condition_reason == scaling.INSUFFICIENT_CAPACITY and mem.capacity_note:
         limited = f"{limited}; the next replica: {mem.capacity_note}"
