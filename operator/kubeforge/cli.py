@@ -246,8 +246,7 @@ def sim_status(name: str) -> None:
 def demo(name: str, fleet: Path, timeout: float, burst_seconds: float, plot: Path | None, out_dir: Path) -> None:
     """The local GPU cluster demo: training jobs and a 405B service placed by NVLink domain, a chat
     service autoscaled live through a burst of real trace requests, and a picture of it all."""
-    from kubeforge._demo.plot import matplotlib_missing
-    from kubeforge.demo import run_demo
+    from kubeforge.demo import matplotlib_missing, run_demo
 
     if plot is not None and (missing := matplotlib_missing()):
         raise click.UsageError(f"--plot needs matplotlib: {missing}")

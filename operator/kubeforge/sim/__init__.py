@@ -1,1 +1,10 @@
-"""kubeforge.sim."""
+"""kubeforge.sim: the local GPU cluster (a real control plane, simulated GPU nodes) and the
+helpers the demo, the tests and the benches run beside it.
+
+The process helpers are exported here (:mod:`kubeforge.sim._process` is their home): a free
+loopback port, a detached child with a pid file, a bounded wait for an HTTP answer, stops.
+"""
+
+from kubeforge.sim._process import free_port, start_detached, stop_pidfile, stop_process, wait_http_ok
+
+__all__ = ["free_port", "start_detached", "stop_pidfile", "stop_process", "wait_http_ok"]

@@ -1,23 +1,31 @@
 """Child processes of the local cluster's helpers (Prometheus, the activator, the provisioner,
-the IMEX stand-in, operators, the peers): start one detached with a pid file, wait until one
-answers on HTTP, stop one. Bounded waits only."""
+the IMEX stand-in, operators, the peers): a free loopback port for one, start one detached with
+a pid file, wait until one answers on HTTP, stop one. Bounded waits only."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import httpx
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_http_ok(proc: subprocess.Popen, url: str, timeout: float) -> bool:
     """Poll ``url`` until it answers 200 (True), the process exits or ``timeout`` seconds pass
     (False)."""
+    import httpx  # here, not at the top: ``import kubeforge.sim`` (the CLI's) stays light
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -16,8 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubeforge.demo import LOCAL_ACTIVATOR, free_port
-from kubeforge.sim._process import stop_process, wait_http_ok
+from kubeforge.sim._process import free_port, stop_process, wait_http_ok
+
+LOCAL_ACTIVATOR = ("kubeforge-system", "kubeforge-activator")
+"""The activator's Service the sim's operator looks for (``--activator-service``), as the chart
+names it: the demo and the tests that hold requests at zero make it exist."""
 
 ACTIVATOR_IP = "10.255.0.1"
 """The placeholder address the activator's EndpointSlice lists (and the process calls its own)."""
