@@ -70,49 +70,49 @@ image: setup
 BENCH_ARGS ?=
 
 bench-training: setup tools
-	$(BIN)/python e2e/bench_training.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.training $(BENCH_ARGS)
 
 # The admission burst: 800 TrainingJobs at once on 1,024 kwok nodes (kube-scheduler alone, kubeforge,
 # and Kueue + JobSet when the peers are built: make peers).
 bench-training-burst: setup tools
-	$(BIN)/python e2e/bench_training.py --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases baseline,kubeforge,kueue \
+	$(BIN)/python -m e2e.bench.training --fleet e2e/fleets/bench-1024.yaml --jobs 800 --phases baseline,kubeforge,kueue \
 		--submit-workers 16 --phase-timeout 480 --settle 30 $(BENCH_ARGS)
 
 # The operator's CPU profile during the training bench (kubeforge phase): py-spy (PyPI) samples it,
-# e2e/profile_operator.py prints the share by area and the top functions (e2e/README-training-bench.md).
+# e2e/bench/profile_operator.py prints the share by area and the top functions (e2e/README-training-bench.md).
 profile-training: setup tools
 	$(BIN)/pip install -q -e '.[test,profile]'
-	$(BIN)/python e2e/profile_operator.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.profile_operator $(BENCH_ARGS)
 
 # 5,000 TrainingJobs / 20,000 pods: operator RSS as they grow, against an idle operator.
 bench-memory: setup tools
-	$(BIN)/python e2e/bench_memory.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.memory $(BENCH_ARGS)
 
 # Every run of issue 14 (the Azure trace, a cold ramp, a day) through kubeforge, KEDA + HPA, llm-d
 # and Dynamo in simulated time, with PNGs in e2e/results/; then the live part on the local cluster.
 bench-autoscaling: setup tools system-deps
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
-	$(BIN)/python e2e/bench_autoscaling.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.autoscaling $(BENCH_ARGS)
 
 # Issue 13: multi-node serving groups and training gangs scaling over the Azure trace on 64 kwok
 # nodes, kubeforge against the same groups as plain pods with LWS-style pod affinity; PNG in e2e/results/.
 bench-serving: setup tools
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
-	$(BIN)/python e2e/bench_serving_placement.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.serving $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
 # through the pure admission core (no cluster), beside Kueue's victim order.
 bench-preemption: setup
-	$(BIN)/python e2e/bench_preemption.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.preemption $(BENCH_ARGS)
 
 # Issue 15: 8 NVL72 racks, gangs of 1-32 nodes from the Alibaba trace, rack-sized high-priority
 # gangs; kubeforge's clique placement and whole-domain preemption vs a Kueue-like scattered choice,
 # replayed through the pure admission core; PNG in e2e/results/.
 bench-nvl72: setup
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
-	$(BIN)/python e2e/bench_nvl72.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.nvl72 $(BENCH_ARGS)
 
 # The same question live and small: 16 kwok nodes, two teams, high-priority arrivals over running
 # jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.
 bench-preemption-live: setup tools peers
-	$(BIN)/python e2e/bench_preemption_live.py $(BENCH_ARGS)
+	$(BIN)/python -m e2e.bench.preemption_live $(BENCH_ARGS)

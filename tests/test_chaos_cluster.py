@@ -29,7 +29,6 @@ import os
 import random
 import re
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,11 +38,10 @@ import pytest
 
 from conftest import apply, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "e2e"))
+from e2e.chaos import corpus, invariants, lifecycles
+from e2e.chaos.kube import Kube, condition, jobs_path, live, pools_path, services_path
 
-from chaos import corpus, invariants, lifecycles  # noqa: E402
-from chaos.kube import Kube, condition, jobs_path, live, pools_path, services_path  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.cluster
 

@@ -10,18 +10,13 @@ built (``make test-peers`` builds them and runs these).
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import apply, get_json, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "e2e"))
-
-from peers import BUILD_HINT, peers_bin  # noqa: E402
+from e2e.peers import BUILD_HINT, peers_bin
 
 pytestmark = [pytest.mark.cluster, pytest.mark.peers,
               pytest.mark.skipif(peers_bin() is None, reason=BUILD_HINT)]
@@ -34,7 +29,7 @@ JOBSET_POD = "jobset.sigs.k8s.io/jobset-name"
 @pytest.fixture(scope="module")
 def kueue(cluster):
     """JobSet and Kueue running against the session's cluster for this module."""
-    from peers.stack import start_jobset, start_kueue, stop_peers
+    from e2e.peers.stack import start_jobset, start_kueue, stop_peers
 
     start_jobset(cluster)
     start_kueue(cluster)
@@ -58,7 +53,7 @@ def _bound(cluster, ns: str, selector: str) -> list[dict]:
 
 
 def test_kueue_with_tas_admits_a_gang_inside_one_nvlink_domain(kueue, namespace, fleet, capsys):
-    from peers import queues
+    from e2e.peers import queues
 
     cluster = kueue
     nodes = fleet(cliques=2, nodes=2, gpus=8)  # 2 NVLink domains of 2 nodes x 8 GPUs
@@ -104,7 +99,7 @@ def test_kueue_with_tas_admits_a_gang_inside_one_nvlink_domain(kueue, namespace,
 
 
 def test_leaderworkerset_of_two_binds_inside_one_domain(cluster, namespace, fleet, capsys):
-    from peers import lws
+    from e2e.peers import lws
 
     nodes = fleet(cliques=2, nodes=2, gpus=8)
     clique_of = {n: get_json(cluster, "node", n)["metadata"]["labels"][CLIQUE] for n in nodes}

@@ -4,18 +4,14 @@ phase, and the profile summary."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "e2e"))
-
-from peers import queues  # noqa: E402
-from peers._manifests import crds, webhook_configurations, webhook_groups  # noqa: E402
-from peers.kueue_phase import who_writes  # noqa: E402
+from e2e.bench.training.kueue import who_writes
+from e2e.peers import queues
+from e2e.peers._manifests import crds, webhook_configurations, webhook_groups
 
 
 def _write(path: Path, *docs) -> None:
@@ -124,8 +120,7 @@ def test_kueue_phase_attributes_writes(call, who):
 
 
 def test_profile_summary_counts_areas_and_functions(tmp_path):
-    sys.path.insert(0, str(ROOT / "e2e"))
-    from profile_operator import summarize
+    from e2e.bench.profile_operator import summarize
 
     raw = tmp_path / "raw.txt"
     raw.write_text("process 1;thread (0x1);run (asyncio/events.py:80);handle (kopf/_core/x.py:10);"

@@ -5,7 +5,7 @@ placement bench: multi-node replicas kept inside one NVLink domain by LWS's
 ``leaderworkerset.sigs.k8s.io/exclusive-topology`` annotation, which LWS's pod webhook turns
 into pod (anti-)affinity that kube-scheduler enforces)::
 
-    from peers import lws
+    from e2e.peers import lws
     lws.install(c)                                   # CRD, webhooks, manager (once per cluster)
     c.kubectl("apply", "-f", "-", input=json.dumps(lws.leader_worker_set(
         "llama", "bench", size=2, gpus=8, exclusive_topology="nvidia.com/gpu.clique")))

@@ -25,7 +25,7 @@ HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
 KWOK_KEEP_RUNNING = {KEEP_RUNNING: "true"}
 """Pod annotation for the sim: kwok completes Running pods owned by a Job within a second (see
-:mod:`peers._kwok`); with this annotation a JobSet's pods stay Running, like the benches' other
+:mod:`e2e.peers._kwok`); with this annotation a JobSet's pods stay Running, like the benches' other
 pods, so both sides hold their GPUs alike."""
 
 

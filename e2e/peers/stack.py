@@ -3,8 +3,8 @@
 Each manager (Kueue, JobSet, LeaderWorkerSet) runs as the binary ``hack/build-peers.sh``
 built, with the admin kubeconfig of the cluster (``KUBECONFIG``), leader election off, its
 metrics server off, its own certificate management off and its webhook server on a free
-loopback port with the certificate from :mod:`peers._certs`. Its CRDs and webhook
-configurations come from :mod:`peers._manifests`. State and logs live under
+loopback port with the certificate from :mod:`e2e.peers._certs`. Its CRDs and webhook
+configurations come from :mod:`e2e.peers._manifests`. State and logs live under
 ``<cluster dir>/peers/``: ``<peer>.yaml`` (its configuration), ``<peer>.log``, ``<peer>.pid``.
 
 Typical use (the order matters: Kueue's JobSet integration needs JobSet's CRD at start)::
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from kubeforge.sim._process import stop_pidfile
+from kubeforge.sim import free_port, stop_pidfile
 
 from ._build import BUILD_HINT, PeersError, peers_bin
 from ._certs import kueue_metrics_cert, loopback_cert
@@ -63,12 +63,6 @@ def _state(c) -> Path:
     d = c.dir / "peers"
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def _free_port() -> int:
-    from kubeforge.demo import free_port
-
-    return free_port()
 
 
 def _bin(bin_dir: Path | None) -> Path:
@@ -159,13 +153,13 @@ def _install_crds(c, bin_dir: Path, peer: str, webhook_port: int, ca_bundle: str
 def _common(c, peer: str, bin_dir: Path | None) -> tuple[Path, Path, str, int, int]:
     b = _bin(bin_dir)
     certs, ca = loopback_cert(c.dir / "peers" / "certs")
-    return b, certs, ca, _free_port(), _free_port()
+    return b, certs, ca, free_port(), free_port()
 
 
 def start_jobset(c, bin_dir: Path | None = None) -> Manager:
     """Install JobSet's CRD on cluster ``c`` and start its manager (as shipped: client QPS and
     burst 500); returns it when ready. First makes the sim keep Job pods annotated
-    :data:`peers.queues.KWOK_KEEP_RUNNING` Running (:mod:`peers._kwok`).
+    :data:`e2e.peers.queues.KWOK_KEEP_RUNNING` Running (:mod:`e2e.peers._kwok`).
 
     Raises:
         PeersError: not built, or the manager did not become ready.
