@@ -117,6 +117,7 @@ def test_clusterrole_is_least_privilege(docs):
     assert verbs("", "events") == {"create", "patch"}
     assert verbs("events.k8s.io", "events") == {"create", "patch"}
     assert verbs("apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}
+    assert verbs("resource.k8s.io", "deviceclasses") == {"get", "list", "watch"}  # a DRA pool's class must exist
 
 
 def test_clusterrolebinding_binds_the_serviceaccount(docs):

@@ -283,8 +283,9 @@ def test_cel_rules_are_present(kind: str, path: str, message: str) -> None:
             "default": "http://prometheus-operated.monitoring.svc:9090"}),
         ("InferenceService", "spec.autoscaling.metric", {
             "default": "VLLMWaiting", "enum": ["VLLMWaiting", "SGLangQueue", "Custom"]}),
+        # no schema default: a stored default would meet slo's rule (issue 32.5); the model's is 4
         ("InferenceService", "spec.autoscaling.targetPerReplica", {
-            "default": 4.0, "minimum": 0, "exclusiveMinimum": True}),
+            "default": None, "minimum": 0, "exclusiveMinimum": True}),
         ("InferenceService", "spec.autoscaling.tolerance", {"default": 0.1, "minimum": 0,
                                                             "maximum": 1}),
         ("InferenceService", "spec.autoscaling.pollingIntervalSeconds", {

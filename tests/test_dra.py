@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings, strategies as st
 
 from kubeforge.admission import (
-    JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_status, pool_view, quota_book,
+    AdmissionMemo, JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_status, pool_view, quota_book,
 )
 from kubeforge.admission._victims import choose_victims
 from kubeforge.builders.training import (
@@ -359,3 +359,13 @@ def test_an_empty_selector_counts_only_nodes_with_the_pools_gpus():
     snap = replace(snap, nodes={**snap.nodes, cpu.name: cpu})  # no slice: a CPU node
     assert [n.name for n in pool_view(mk_pool("q"), snap.nodes, {}).nodes] == ["dp-0", "dp-1"]
     assert [n.name for n in pool_view(dra_pool("p", selector={}), snap.nodes, {}).nodes] == ["r0-00", "r0-01", "r0-02"]
+
+
+def test_a_gang_that_waited_for_a_missing_device_class_is_placed_once_it_exists():
+    """The admission memo keeps "does not fit" answers until the pool changes: a DeviceClass
+    created later is such a change (the round placed nothing while it was missing)."""
+    pool, job = dra_pool(), mk_job("j", replicas=1, gpus=4)
+    memo = AdmissionMemo()
+    snap = dra_snapshot([pool], rack(1, 2), jobs=[job])
+    assert not plan_admission(replace(snap, device_classes=frozenset()), NOW, memo).admit
+    assert plan_admission(replace(snap, device_classes=frozenset({DRIVER})), NOW + 1, memo).admit  # fails without the memo fix

@@ -167,3 +167,37 @@ def test_nvl72_gang_compute_domain_lifecycle(cluster, namespace, dra_fleet):
     wait_for(lambda: not claims(cluster, namespace), timeout=120, what="the claims gone")
     wait_for(lambda: not get_json(cluster, "resourceclaimtemplates", "-n", namespace)["items"], timeout=60,
              what="the claim templates gone")
+
+
+def test_a_dra_pool_whose_device_class_is_missing_admits_nothing_until_it_exists(cluster, namespace, dra_fleet):
+    """Issue 32.3, the user's steps: a DRA pool names a DeviceClass that does not exist. It used
+    to say Ready=True, admit a gang and hold its GPUs until the pods failed (PlacementLost), once
+    per attempt. Now the pool says DeviceClassNotFound, the job waits with that reason and holds
+    nothing, and once the class is created the job is admitted and runs."""
+    from kubeforge.sim import dra
+
+    pool, missing = dra_fleet["pool"], f"gpu.{namespace}.kubeforge.io"
+    cluster.kubectl("patch", "gpupool", pool, "--type", "merge", "-p",
+                    json.dumps({"spec": {"dra": {"deviceClassName": missing}}}))
+
+    def ready():
+        return condition(get_json(cluster, "gpupool", pool).get("status") or {}, "Ready") or {}
+
+    wait_for(lambda: ready().get("reason") == "DeviceClassNotFound", timeout=60, what="pool DeviceClassNotFound")
+    assert ready()["status"] == "False" and missing in ready()["message"]
+    apply(cluster, training_job("j", namespace, replicas=1, gpus=4, mode="None", level=None, pools=[pool]))
+    wait_for(lambda: (condition(job_status(cluster, namespace, "j"), "Admitted") or {}).get("reason")
+             == "DeviceClassNotFound", timeout=60, what="the job waits for the class")
+    assert job_pods(cluster, namespace, "j") == [] and pool_gpus(cluster, pool).get("allocated", 0) == 0
+    events = cluster.kubectl("get", "events", "-A", "--field-selector", f"involvedObject.name={pool}",
+                             "-o", "json").stdout
+    assert "DeviceClassNotFound" in events  # the pool's Warning Event
+    cls = dra.device_classes()[0]
+    cls["metadata"]["name"] = missing
+    apply(cluster, cls)
+    try:
+        wait_for(lambda: job_status(cluster, namespace, "j").get("phase") == "Running", timeout=120,
+                 what="the job runs once the class exists")
+        assert ready()["status"] == "True"
+    finally:
+        cluster.kubectl("delete", "deviceclass", missing, "--ignore-not-found", "--wait=false", check=False)

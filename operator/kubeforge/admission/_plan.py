@@ -87,12 +87,12 @@ class AdmissionMemo:
     def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
         """At the start of a round: move each pool's epoch when any of its nodes has more free
         GPUs than at the end of the last round (see :meth:`settle`), or the pool itself
-        changed (its levels, tolerations, resource), or what a preemption there could do did
+        changed (its levels, tolerations, resource, whether it can place at all), or what a preemption there could do did
         (``signatures``: the lowest running priority, the borrowing teams)."""
         for name, view in views.items():
             cur = {n.name: n.gpus_free for n in view.nodes if n.usable}
             shape = (view.record.generation, view.levels, view.resource, view.labels_key,  # GFD may label late
-                     (signatures or {}).get(name))
+                     view.unavailable, (signatures or {}).get(name))  # a DeviceClass created later
             prev = self.free.get(name)
             if prev is None or self.shape.get(name) != shape or any(g > prev.get(n, -1) for n, g in cur.items()):
                 self.epoch[name] = self.epoch.get(name, 0) + 1

@@ -169,7 +169,8 @@ class Cache(IndexReader):
         if rec is None:
             return None
         snap = self.snapshot()
-        return pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node)
+        return pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node,
+                         device_classes=snap.device_classes)
 
     # --- the namespaces' workers Services -----------------------------------------------------
 

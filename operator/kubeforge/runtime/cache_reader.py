@@ -156,6 +156,13 @@ class IndexReader:
         """Every ResourceSlice's record (the DRA drivers' devices)."""
         return (v for _, v in self._all("kf_slices"))
 
+    def device_classes(self) -> frozenset[str] | None:
+        """The DeviceClasses that exist, by name; None while no index of them is attached (a
+        fake cache in tests: then no DRA pool is refused for its class)."""
+        if self.indexes is None or "kf_device_classes" not in self.indexes:
+            return None
+        return frozenset(k for k, _ in self._all("kf_device_classes"))  # type: ignore[misc]
+
     def resource_claims(self) -> list[ClaimView]:
         """Every allocated ResourceClaim."""
         return [v for _, v in self._all("kf_resource_claims")]

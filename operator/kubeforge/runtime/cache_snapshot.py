@@ -78,4 +78,5 @@ class Snapshotter:
             assumed_groups=groups,
             devices=inventory(r.slices()),
             resource_claims=r.resource_claims(),
+            device_classes=r.device_classes(),
         )

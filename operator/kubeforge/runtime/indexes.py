@@ -235,6 +235,17 @@ async def kf_slices(name: str, body: Any, memo: Any, **_: Any) -> dict:
     return {name: view}
 
 
+@kopf.index("resource.k8s.io", "v1", "deviceclasses")
+async def kf_device_classes(name: str, memo: Any, **_: Any) -> dict:
+    """DeviceClass name -> True: the classes a DRA pool's ``spec.dra.deviceClassName`` may name
+    (a pool naming none that exists admits nothing and says ``DeviceClassNotFound``). A few
+    cluster-scoped objects, written by DRA drivers' installers; a new one wakes admission."""
+    known = memo.rt.cache.device_classes()
+    if known is not None and name not in known:
+        memo.rt.wake_admission()
+    return {name: True}
+
+
 @kopf.index("resource.k8s.io", "v1", "resourceclaims")
 async def kf_resource_claims(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:
     """(namespace, name) -> :class:`~kubeforge.objects.ClaimView` of every allocated ResourceClaim

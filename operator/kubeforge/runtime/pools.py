@@ -53,7 +53,8 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         res = pool_resource(pool)
         if res not in ledgers:
             ledgers[res] = build_ledger(snap, res)
-        view = pool_view(pool, snap.nodes, ledgers[res].per_node, views.get(name) if views is not None else None)
+        view = pool_view(pool, snap.nodes, ledgers[res].per_node, views.get(name) if views is not None else None,
+                         snap.device_classes)
         if views is not None:
             views[name] = view
         st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
