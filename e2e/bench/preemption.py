@@ -58,6 +58,8 @@ CASES: tuple[tuple[str, AdmissionRules | None], ...] = (
 
 @dataclass
 class Job:
+    """One gang of the replay and what happened to it (times in simulated unix seconds)."""
+
     name: str
     team: str
     priority: int
@@ -74,6 +76,7 @@ class Job:
 
     @property
     def total(self) -> int:
+        """GPUs of the whole gang."""
         return self.replicas * self.gpus
 
 
@@ -111,6 +114,7 @@ def load_jobs(trace: Path, n: int, seed: int, arrival_hours: float, max_hours: f
 
 
 def make_pool(nominal: int, generation: int):
+    """The GPUPool ``h100`` record: two teams (``research``, ``product``) of ``nominal`` GPUs each."""
     body = {"metadata": {"name": "h100", "uid": f"pool-{generation}", "generation": 1},
             "spec": {"quotas": [{"name": "research", "namespaces": ["research"], "nominalGPUs": nominal},
                                 {"name": "product", "namespaces": ["product"], "nominalGPUs": nominal}]}}
@@ -120,6 +124,8 @@ def make_pool(nominal: int, generation: int):
 
 
 def job_record(job: Job, now: float, ckpt: float, uid: str):
+    """The gang's TrainingJob record as the operator's cache would hold it at ``now`` (its
+    placement and last checkpoint, every ``ckpt`` seconds of its current run)."""
     status: dict = {"phase": "Pending", "attempt": job.preemptions}
     if job.placement:
         status = {"phase": "Running", "attempt": job.preemptions,
@@ -195,6 +201,7 @@ def simulate(jobs: list[Job], nodes: int, ckpt: float, step: float, horizon: flo
 
 
 def fresh(jobs: list[Job]) -> list[Job]:
+    """The jobs as they arrive, before any replay touched them."""
     return [Job(j.name, j.team, j.priority, j.replicas, j.gpus, j.arrival, j.work) for j in jobs]
 
 

@@ -27,6 +27,8 @@ RACK_PRIORITY = 1000
 
 @dataclass
 class Gang:
+    """One gang of the replay and what happened to it (times in simulated unix seconds)."""
+
     name: str
     priority: int
     nodes: int
@@ -92,6 +94,7 @@ def load(trace: Path, seed: int, racks: int, hours: float, load_factor: float, m
 
 
 def pool_record():
+    """The DRA GPUPool ``nvl72`` record with the ``nvlink`` level on the clique label."""
     body = {"metadata": {"name": "nvl72", "uid": "pool-1", "generation": 1},
             "spec": {"deviceAllocation": "DRA", "dra": {"driver": DRIVER},
                      "topologyLevels": [{"name": "nvlink", "nodeLabel": CLIQUE_LABEL}]}}
