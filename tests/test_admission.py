@@ -854,3 +854,14 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
     assert 0 < len(steps[1][1]) < 6
     assert steps[2] == (2, []) and steps[3] == (3, [])
     assert steps[4] == (4, [f"n{i}" for i in range(6)])
+
+
+def test_a_gang_in_a_pool_whose_nodes_lack_its_gpu_resource_names_the_resource():
+    """Issue 32, cosmetic: a job in an AMD pool with no AMD node said "more than the largest
+    node's 0 allocatable GPUs"; it names the missing resource, as the pool's Ready condition does."""
+    pool = mk_pool("amd", selector={"matchExpressions": [{"key": "kubernetes.io/os", "operator": "DoesNotExist"}]},
+                   resource="amd.com/gpu")
+    job = mk_job("j", gpus=8, pools=("amd",))
+    plan = plan_admission(snapshot([pool], nodes(2), jobs=[job]), NOW)
+    (wait,) = plan.wait
+    assert "none of them has amd.com/gpu" in wait.message and "largest node" not in wait.message

@@ -223,6 +223,13 @@ def test_missing_metric_holds_and_never_goes_to_zero(metric):
 def test_missing_metric_still_enforces_bounds():
     assert decide(mech(max_replicas=3), AutoscalerState(), 5, None, T0).desired == 3
     assert decide(mech(min_replicas=2), AutoscalerState(), 0, None, T0).desired == 2
+
+
+def test_missing_metric_says_the_count_it_holds_the_service_at():
+    """Issue 32, cosmetic: a new service (0 so far) without a metric goes to minReplicas; the
+    ScalingActive message said "paused at 0 replicas" while the service held 2."""
+    d = decide(mech(min_replicas=2), AutoscalerState(), 0, None, T0)
+    assert d.desired == 2 and "scaling paused at 2 replicas" in d.inactive_reason
     assert decide(mech(min_replicas=0), AutoscalerState(), 0, None, T0).desired == 0
 
 

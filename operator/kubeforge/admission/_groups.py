@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from kubeforge.admission._ordering import service_order
-from kubeforge.admission._pools import PoolView
+from kubeforge.admission._pools import PoolView, missing_gpus
 from kubeforge.admission._request import group_request, group_shape
 from kubeforge.admission._snapshot import Snapshot
 from kubeforge.objects import FAILED, UNSCHEDULABLE, WAITING_FOR_CAPACITY, InferenceServiceRecord, Key, groups_of
@@ -97,7 +97,8 @@ def place_groups(snapshot: Snapshot, views: Mapping[str, PoolView],
                     placed = True
                     break
                 permanent = permanent and result.permanent
-                notes.append(f"pool {pool}: {result.reason}" if len(svc.spec.pools) > 1 else result.reason)
+                why = missing_gpus(view) or result.reason
+                notes.append(f"pool {pool}: {why}" if len(svc.spec.pools) > 1 else why)
             if not placed:
                 reason = UNSCHEDULABLE if permanent else WAITING_FOR_CAPACITY
                 waits[svc.key] = (reason, "; ".join(dict.fromkeys(notes)))

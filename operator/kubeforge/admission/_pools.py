@@ -81,6 +81,19 @@ def pool_members(pool: PoolRecord, nodes: Mapping[str, Node]) -> list[Node]:
     return out
 
 
+def missing_gpus(view: PoolView) -> str | None:
+    """Why none of the pool's nodes can hold a GPU at all, naming the resource, or None: the
+    nodes its selector matches offer none of ``view.resource`` (a typo in ``gpuResourceName``,
+    an AMD pool with no AMD node, the device plugin not running). Read by the pool's ``Ready``
+    condition and by every wait message, so a gang says what is missing rather than "the
+    largest node's 0 allocatable GPUs"."""
+    if not view.nodes or any(n.gpus_capacity for n in view.nodes):
+        return None
+    others = sorted({k for n in view.nodes for k in n.resources if "/" in k})
+    return (f"nodeSelector of pool {view.name} matches {len(view.nodes)} nodes but none of them has {view.resource} "
+            f"(gpuResourceName)" + (f"; they offer {', '.join(others[:5])}" if others else "; they offer no extended resource"))
+
+
 def pool_unavailable(pool: PoolRecord, device_classes: frozenset[str] | None) -> tuple[str, str] | None:
     """``(reason, message)`` when ``pool`` can place nothing whatever its nodes offer, else None:
     a DRA pool whose ``spec.dra.deviceClassName`` is not among ``device_classes`` (None: not

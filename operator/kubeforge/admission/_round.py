@@ -8,7 +8,7 @@ from typing import Callable, Mapping, Sequence
 
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._ordering import entry_order
-from kubeforge.admission._pools import PoolView
+from kubeforge.admission._pools import PoolView, missing_gpus
 from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._victims import Victim, choose_victims
@@ -182,7 +182,8 @@ class Round:
                 return Admit(job.key, name, result)
             nofit: NoFit = result
             permanent_everywhere = permanent_everywhere and nofit.permanent
-            notes.append(f"pool {name}: {nofit.reason}" if len(pools) > 1 else nofit.reason)
+            why = missing_gpus(view) or nofit.reason
+            notes.append(f"pool {name}: {why}" if len(pools) > 1 else why)
         for name in tried:
             view = self.views.get(name)
             pre = self._preempt(job, self._request(job, request, view), name) \

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubeforge.admission._ledger import Ledger
-from kubeforge.admission._pools import PoolView
+from kubeforge.admission._pools import PoolView, missing_gpus
 from kubeforge.builders.common import set_condition
 from kubeforge.api import LevelSource
 from kubeforge.objects import (
@@ -25,11 +25,9 @@ def _ready(view: PoolView, nodes_usable: int, nodes_total: int, free: int) -> tu
         return (False, *view.unavailable)
     if not view.nodes:
         return False, NO_NODES, "nodeSelector matches no node"
-    if not any(n.gpus_capacity for n in view.nodes):
-        others = sorted({k for n in view.nodes for k in n.resources if "/" in k})
-        return False, NO_NODES, (
-            f"nodeSelector matches {len(view.nodes)} nodes but none of them has {view.resource} (gpuResourceName)"
-            + (f"; they offer {', '.join(others[:5])}" if others else "; they offer no extended resource"))
+    absent = missing_gpus(view)
+    if absent is not None:
+        return False, NO_NODES, absent
     return (nodes_usable > 0, NODES_READY if nodes_usable else NO_USABLE_NODES,
             f"{nodes_usable} of {nodes_total} nodes usable; {free} GPUs free")
 

@@ -151,7 +151,8 @@ def decide(
         if held != current:
             notes.append(f"moving into [minReplicas {lo}, maxReplicas {hi}]: {held}")
         limit = bound(p, Limit(held), current, placeable_replicas, clamp=False)
-        inactive: str | None = f"{reading.problem}; scaling paused at {_replicas(current)}"
+        # the count the service is held at, not the one it had (a new service at 0 goes to minReplicas)
+        inactive: str | None = f"{reading.problem}; scaling paused at {_replicas(limit.desired)}"
     else:
         inactive = None
         rec = recommend(p, reading, st, current, now)
