@@ -57,6 +57,8 @@ def isvc(namespace: str, prom_url: str, **spec) -> dict:
             s["autoscaling"].update(v)
         else:
             s[k] = v
+    if "slo" in s["autoscaling"]:
+        del s["autoscaling"]["targetPerReplica"]  # queue-depth mode's target: refused beside slo
     return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
             "metadata": {"name": NAME, "namespace": namespace}, "spec": s}
 
@@ -109,6 +111,28 @@ def test_requests_at_zero_are_held_through_a_cold_start_and_all_answered(cluster
     assert endpoints_mode(cluster, namespace) == "replicas"
     assert any("0 -> 1" in e["message"] for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled")
     print(f"\nheld at zero through a cold start: {codes.count(200)} answered, {codes.count(429)} got 429")
+
+
+def test_a_custom_query_without_the_activators_signal_still_comes_back_from_zero(cluster, namespace, fleet, stack):
+    """Issue 32.4, the user's steps: minReplicas 0 and a Custom query that reads only the engines'
+    queue. At zero replicas that query has no series, so nothing could ever scale the service up
+    again; the operator adds the activator's held requests to any queue while no replica is
+    ready, and the held requests are answered."""
+    from kubeforge.sim.modelserver import ServiceModel
+
+    sim, act, prom = stack
+    fleet(cliques=1, nodes=1, gpus=8)
+    sim.add_service(namespace, NAME, ServiceModel(slots=8))
+    query = 'sum(vllm:num_requests_waiting{namespace="{namespace}",service="{name}"})'
+    apply(cluster, isvc(namespace, prom.url, autoscaling={"metric": "Custom", "query": query},
+                        activation={"holdSeconds": 120, "queueLimit": 10}))
+    wait_for(lambda: (condition(status(cluster, namespace), "Ready") or {}).get("reason") == "ScaledToZero",
+             timeout=60, what="the service at zero")
+    wait_for(lambda: endpoints_mode(cluster, namespace) == "activator", timeout=60,
+             what="the Service pointing at the activator")
+    answers = send(act.url, namespace, 3)
+    assert [r.status_code for r in answers] == [200] * 3
+    assert any("0 -> 1" in e["message"] for e in events_for(cluster, namespace, NAME) if e["reason"] == "Scaled")
 
 
 def test_scale_down_drains_a_replica_so_no_request_in_flight_is_aborted(cluster, namespace, fleet, stack):

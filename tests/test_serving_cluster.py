@@ -145,6 +145,33 @@ def test_scale_up_waits_for_a_whole_domain_then_scale_down_removes_whole_groups(
     assert any(e["reason"] == "Draining" for e in events_for(cluster, namespace, NAME))
 
 
+def test_a_scale_down_during_a_rollout_removes_the_draining_group_instead_of_recreating_it(cluster, namespace, fleet):
+    """Issue 32.1, the user's steps: 3 replicas of tensor 8 x pipeline 2, drainSeconds 30; the
+    template is edited (a rollout: one group drains), then 3 s later min and max go to 2. The
+    group draining for the rollout is the one removed: 2 groups (4 pods) once its drain ends,
+    instead of 3 groups (48 GPUs) held until the whole rollout ended (88 s before the fix)."""
+    fleet(cliques=3, nodes=2, gpus=8)
+    body = llm(namespace, replicas=3, maxReplicas=3, drainSeconds=30)
+    apply(cluster, body)
+    ready_groups(cluster, namespace, 3)
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]
+    apply(cluster, body)
+    wait_for(lambda: any(g.get("drainFor") == "Rollout" for g in status(cluster, namespace).get("groups") or []),
+             timeout=30, what="a group draining for the rollout")
+    draining = next(g["index"] for g in status(cluster, namespace)["groups"] if g.get("drainFor") == "Rollout")
+    assert next(g for g in status(cluster, namespace)["groups"] if g["index"] == draining)["phase"] == "Draining"
+    time.sleep(3)
+    body["spec"]["minReplicas"] = body["spec"]["maxReplicas"] = 2
+    apply(cluster, body)
+    wait_for(lambda: any(g.get("drainFor") == "ScaleDown" and g["index"] == draining
+                         for g in status(cluster, namespace).get("groups") or []), timeout=30,
+             what="the rollout drain turned into the scale-down's")
+    st = wait_for(lambda: (s := status(cluster, namespace)) and len(s.get("groups") or []) == 2 and s, timeout=50,
+                  what="2 groups once the drain ends (not after the whole rollout)")
+    assert draining not in {g["index"] for g in st["groups"]}
+    wait_for(lambda: len(pods(cluster, namespace)) == 4, timeout=30, what="4 pods")
+
+
 def test_a_gang_and_a_group_competing_for_one_domain_never_overcommit_a_node(cluster, namespace, fleet):
     nodes = fleet(cliques=1, nodes=2, gpus=8)
     apply(cluster, training_job("gang", namespace, replicas=2, gpus=8))
