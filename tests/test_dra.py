@@ -369,3 +369,13 @@ def test_a_gang_that_waited_for_a_missing_device_class_is_placed_once_it_exists(
     snap = dra_snapshot([pool], rack(1, 2), jobs=[job])
     assert not plan_admission(replace(snap, device_classes=frozenset()), NOW, memo).admit
     assert plan_admission(replace(snap, device_classes=frozenset({DRIVER})), NOW + 1, memo).admit  # fails without the memo fix
+
+
+def test_a_dra_pool_whose_driver_publishes_nothing_on_its_nodes_names_the_driver():
+    """A DRA pool's nodes with no ResourceSlice of its driver: NoNodes naming spec.dra.driver, not
+    the ledger's internal ``dra:<driver>`` key as if it were gpuResourceName."""
+    pool = dra_pool(selector={"matchLabels": {CLIQUE_LABEL: "c0"}})
+    snap = snapshot([pool], rack(1, 2))  # no slices at all
+    ready = next(c for c in pool_status(pool_view(pool, snap.nodes, {}), build_ledger(snap, KEY), NOW)["conditions"]
+                 if c["type"] == "Ready")
+    assert ready["reason"] == "NoNodes" and f"DRA driver {DRIVER}" in ready["message"] and "dra:" not in ready["message"]

@@ -89,6 +89,10 @@ def missing_gpus(view: PoolView) -> str | None:
     largest node's 0 allocatable GPUs"."""
     if not view.nodes or any(n.gpus_capacity for n in view.nodes):
         return None
+    if is_dra_pool(view.record):
+        driver = view.record.spec.dra.driver  # type: ignore[union-attr]
+        return (f"nodeSelector of pool {view.name} matches {len(view.nodes)} nodes but no ResourceSlice of DRA driver "
+                f"{driver} (spec.dra.driver) lists GPUs on them: is the driver's kubelet plugin running there?")
     others = sorted({k for n in view.nodes for k in n.resources if "/" in k})
     return (f"nodeSelector of pool {view.name} matches {len(view.nodes)} nodes but none of them has {view.resource} "
             f"(gpuResourceName)" + (f"; they offer {', '.join(others[:5])}" if others else "; they offer no extended resource"))
