@@ -119,7 +119,7 @@ def test_names_scope_and_status_subresource(
     "kind, columns",
     [
         ("GPUPool", ["Nodes", "GPUs", "Free", "Allocated", "Spot GPUs", "Ready", "Age"]),
-        ("TrainingJob", ["Phase", "Pool", "Domain", "Replicas", "GPUs/Replica", "Preemptions",
+        ("TrainingJob", ["Phase", "Pool", "Domain", "Replicas", "GPUs/Replica", "Progress", "ETA", "Preemptions",
                          "Failures", "Age"]),
         ("InferenceService", ["Ready", "Desired", "Nodes/Replica", "Min", "Max", "Queue", "URL", "Age"]),
     ],

@@ -97,9 +97,12 @@ from ._trainingjob import (
     TrainingTopology,
 )
 from ._trainingjob_status import (
+    MAX_REPORTED_METRICS,
     LastCheckpoint,
     Placement,
+    Progress,
     ReplicaCounts,
+    ReportedMetric,
     RestartCounts,
     TrainingJobPhase,
     TrainingJobStatus,
@@ -154,6 +157,9 @@ __all__ = [
     "DeletionPolicy",
     "FailurePolicy",
     "LastCheckpoint",
+    "MAX_REPORTED_METRICS",
+    "Progress",
+    "ReportedMetric",
     "Placement",
     "ReplicaCounts",
     "RestartCounts",

@@ -275,6 +275,18 @@ class TrainingJobSpec(KubeModel):
         "failurePolicy.preemptionsBeforeFallback.",
     )
 
+    max_run_seconds: Optional[int] = Field(
+        default=None,
+        ge=60,
+        le=31_536_000,
+        description="maxRunSeconds is the job's time limit (Slurm's --time, Kueue's "
+        "maximumExecutionTimeSeconds): the most seconds its gang may run, summed over its "
+        "attempts (time waiting for admission does not count). Reached, the gang is stopped and "
+        "the job Failed with reason MaxRunSecondsExceeded. Admission also reads it as the "
+        "latest end of a running job that reports no ETA, to decide what may start before a "
+        "reserved gang (backfill). Empty: no limit.",
+    )
+
     _check_pools = field_validator("pools")(check_unique_pools)
 
 
@@ -300,6 +312,8 @@ class TrainingJob(KubeModel):
         {"name": "Domain", "type": "string", "jsonPath": ".status.placement.domain"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
         {"name": "GPUs/Replica", "type": "integer", "jsonPath": ".spec.gpusPerReplica"},
+        {"name": "Progress", "type": "number", "jsonPath": ".status.progress.percent"},
+        {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
         {"name": "Preemptions", "type": "integer", "jsonPath": ".status.restarts.preemptions"},
         {"name": "Failures", "type": "integer", "jsonPath": ".status.restarts.failures"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

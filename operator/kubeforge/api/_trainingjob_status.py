@@ -100,6 +100,46 @@ class LastCheckpoint(KubeModel):
     )
 
 
+MAX_REPORTED_METRICS = 16
+"""The most metrics one progress report carries (Kubeflow Trainer's trainerStatus.metrics is a
+short list of the latest values, not a history)."""
+
+
+class ReportedMetric(KubeModel):
+    """ReportedMetric is one training metric's latest value, as a worker reported it
+    (Kubeflow Trainer's trainerStatus.metrics[] entry)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_./-]*$",
+                      description="name of the metric, e.g. loss, eval_loss, tokens_per_second.")
+    value: str = Field(min_length=1, max_length=64, description="value of the metric, as the worker sent "
+                       "it (a number written as a string, as Kubeflow Trainer keeps it).")
+
+
+class Progress(KubeModel):
+    """Progress is what the job's workers last reported about their training (see
+    docs/workload-reporting.md): where they are, how far is left, and when they expect to end.
+    It is written only from reports of a live pod of the current attempt; a job that never
+    reports has none, and then admission falls back on the time since placement."""
+
+    step: Optional[int] = Field(default=None, ge=0, description="step is the training step the workers "
+                                "reached (optimizer steps, as the training loop counts them).")
+    total_steps: Optional[int] = Field(default=None, ge=1, description="totalSteps is the step the "
+                                       "training ends at, when known.")
+    percent: Optional[float] = Field(default=None, ge=0, le=100, description="percent is how much of the "
+                                     "training is done, 0-100: reported, else step / totalSteps.")
+    eta: Optional[datetime] = Field(default=None, description="eta is when the training is expected to "
+                                    "end: the report's time plus its estimated remaining seconds, else "
+                                    "extrapolated from the rate of steps between reports. Admission reads "
+                                    "it to decide what may run before a reserved gang (backfill).")
+    last_report_time: Optional[datetime] = Field(default=None, description="lastReportTime is when the "
+                                                 "operator accepted the last report.")
+    reporter: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="reporter is "
+                                    "the pod whose report this is.")
+    metrics: list[ReportedMetric] = Field(default_factory=list, max_length=MAX_REPORTED_METRICS,
+                                          description="metrics are the latest values reported (loss, "
+                                          "tokens per second...), at most 16.")
+
+
 class ReplicaCounts(KubeModel):
     """ReplicaCounts counts the job's worker pods."""
 
@@ -138,7 +178,12 @@ class TrainingJobStatus(KubeModel):
         default_factory=RestartCounts, description="restarts counts restarts by cause."
     )
     last_checkpoint: Optional[LastCheckpoint] = Field(
-        default=None, description="lastCheckpoint is the latest checkpoint reported."
+        default=None, description="lastCheckpoint is the latest checkpoint reported: live, by a "
+        "worker's progress report, or after a run in a worker's termination message."
+    )
+    progress: Optional[Progress] = Field(
+        default=None, description="progress is what the workers last reported about their training "
+        "(step, ETA, metrics); empty until a worker reports."
     )
     start_time: Optional[datetime] = Field(
         default=None, description="startTime is when all replicas first ran."
