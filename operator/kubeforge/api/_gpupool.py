@@ -7,6 +7,8 @@ from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator
 
+from kubeforge.accelerators import nvidia
+
 from .. import API_VERSION
 from ._base import (
     DNS_LABEL_PATTERN,
@@ -22,10 +24,11 @@ from ._base import (
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
 from ._quota import GPUQuota, PoolPreemption, QuotaUsage
 
-DEFAULT_GPU_RESOURCE_NAME = "nvidia.com/gpu"
-DEFAULT_DEVICE_CLASS_NAME = "gpu.nvidia.com"
+DEFAULT_GPU_RESOURCE_NAME = nvidia.GPU_RESOURCE_NAME
+"""The API's default vendor is NVIDIA: its device plugin's resource."""
+DEFAULT_DEVICE_CLASS_NAME = nvidia.DRA_DEVICE_CLASS
 """The DeviceClass NVIDIA's DRA driver (k8s-dra-driver-gpu) installs for whole GPUs."""
-DEFAULT_DRA_DRIVER = "gpu.nvidia.com"
+DEFAULT_DRA_DRIVER = nvidia.DRA_DRIVER
 """The driver name NVIDIA's DRA driver publishes its GPUs' ResourceSlices under."""
 DNS_SUBDOMAIN_MAX = 253
 
@@ -231,14 +234,9 @@ class NodeCounts(KubeModel):
     """NodeCounts counts a pool's nodes."""
 
     total: int = Field(default=0, ge=0, description="total is the number of selected nodes.")
-    ready: int = Field(
-        default=0, ge=0, description="ready is the number of nodes that are Ready and "
-        "schedulable."
-    )
+    ready: int = Field(default=0, ge=0, description="ready is the number of nodes that are Ready and schedulable.")
     spot: int = Field(default=0, ge=0, description="spot is the number of spot nodes.")
-    on_demand: int = Field(
-        default=0, ge=0, description="onDemand is the number of on-demand nodes."
-    )
+    on_demand: int = Field(default=0, ge=0, description="onDemand is the number of on-demand nodes.")
 
 
 class GPUCounts(KubeModel):

@@ -35,9 +35,11 @@ import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
+from kubeforge.accelerators import nvidia
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import (
-    COMPUTE_DOMAIN_API_VERSION, ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
+    ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
     ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container, set_main_gpus,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
@@ -209,19 +211,19 @@ def channel_template_name(domain: str) -> str:
 
 
 def build_compute_domain(job: TrainingJobRecord, cliques: Sequence[str]) -> dict[str, Any]:
-    """The ComputeDomain (NVIDIA DRA driver, ``resource.nvidia.com/v1beta1``; its spec is
-    immutable) of a gang on ``cliques``: ``numNodes: 0`` (deprecated; the IMEX daemons start as
-    the workers land), one channel per worker from ``<domain>-channel``. Owned by the job, with
-    kubeforge's finalizer (:data:`COMPUTE_DOMAIN_FINALIZER`)."""
+    """The ComputeDomain (NVIDIA DRA driver; its spec is immutable) of a gang on ``cliques``: the
+    spec :func:`kubeforge.accelerators.nvidia.compute_domain_spec` makes, one channel per worker
+    from ``<domain>-channel``. Owned by the job, with kubeforge's finalizer
+    (:data:`COMPUTE_DOMAIN_FINALIZER`)."""
     name = compute_domain_name(job.name, cliques)
     return {
-        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
-        "kind": "ComputeDomain",
+        "apiVersion": nvidia.COMPUTE_DOMAIN_API_VERSION,
+        "kind": nvidia.COMPUTE_DOMAIN_KIND,
         "metadata": {"name": name, "namespace": job.namespace, "labels": job_labels(job.name),
                      "annotations": {CLIQUES_ANNOTATION: ",".join(sorted(cliques))},
                      "finalizers": [COMPUTE_DOMAIN_FINALIZER],
                      "ownerReferences": [owner_reference(KIND, job.name, job.uid)]},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template_name(name)}}},
+        "spec": nvidia.compute_domain_spec(channel_template_name(name)),
     }
 
 
@@ -247,7 +249,7 @@ def build_worker_pod(
     attempt: int,
     placement: PlacementRecord,
     levels: Sequence[TopologyLevel] = (),
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str = DEFAULT_GPU_RESOURCE_NAME,
     tolerations: Sequence[Mapping[str, Any]] = (),
     last_checkpoint: Mapping[str, Any] | None = None,
     gpu_claim_template: str | None = None,

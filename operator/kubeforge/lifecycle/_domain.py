@@ -11,13 +11,14 @@
   pod of the job): kubeforge's finalizer is removed first, then the domain is deleted; the driver's
   controller then removes its channel template.
 - ``ComputeDomainReady`` follows the domain's IMEX daemons on the placement's nodes
-  (``status.nodes[].status``; NVIDIA's driver sets the global ``status.status`` only when
-  ``numNodes`` is not 0). Until every node's daemon is Ready the workers wait in ContainerCreating,
-  and the condition says so.
+  (:func:`kubeforge.accelerators.nvidia.domain_ready`: NVIDIA's driver sets the global
+  ``status.status`` only when ``numNodes`` is not 0). Until every node's daemon is Ready the
+  workers wait in ContainerCreating, and the condition says so.
 """
 
 from __future__ import annotations
 
+from kubeforge.accelerators import nvidia
 from kubeforge.builders.training import compute_domain_name
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.objects import (
@@ -67,10 +68,10 @@ def compute_domain_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPl
         plan.requeue(DOMAIN_RECHECK_SECONDS)
         return
     nodes = sorted(set(pl.nodes))  # type: ignore[union-attr]
-    ready = [n for n in nodes if n in cd.ready_nodes]
-    if cd.status == "Ready" or len(ready) == len(nodes):
+    if nvidia.domain_ready(cd.status, cd.ready_nodes, nodes):
         _set(d, True, IMEX_DAEMONS_READY, f"ComputeDomain {wanted}: the IMEX daemons of all {len(nodes)} nodes are Ready")
         return
+    ready = [n for n in nodes if n in cd.ready_nodes]
     _set(d, False, IMEX_DAEMONS_NOT_READY, f"ComputeDomain {wanted}: {len(ready)} of {len(nodes)} nodes' IMEX "
          "daemons Ready; the workers wait in ContainerCreating until their node's daemon is up")
     plan.requeue(DOMAIN_RECHECK_SECONDS)

@@ -25,10 +25,13 @@ from kubeforge.objects._pod import (
     MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, gpu_request_conflict, is_terminal,
     main_container, pod_from_k8s, pod_requests, replica_requests, set_main_gpus,
 )
+# NVIDIA's names, where callers first found them; their home is kubeforge.accelerators.nvidia
+from kubeforge.accelerators.nvidia import (
+    CLIQUE_LABEL, COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION,
+)
 from kubeforge.objects._dra import (
-    CLIQUE_LABEL, COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, EMPTY_INVENTORY,
-    ClaimView, ComputeDomainView, DeviceInventory, SliceView, claim_from_k8s, compute_domain_from_k8s, dra_key,
-    inventory, is_dra_key, slice_from_k8s, with_devices,
+    EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, SliceView, claim_from_k8s, compute_domain_from_k8s,
+    dra_key, inventory, is_dra_key, slice_from_k8s, with_devices,
 )
 from kubeforge.objects._records import (
     DeploymentState, GroupRecord, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,

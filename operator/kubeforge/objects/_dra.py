@@ -14,15 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
+from kubeforge.accelerators import DRA_GPU_DEVICE_TYPES, nvidia
+
 DRA_PREFIX = "dra:"
-COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
-COMPUTE_DOMAIN_VERSION = "v1beta1"
-COMPUTE_DOMAIN_API_VERSION = f"{COMPUTE_DOMAIN_GROUP}/{COMPUTE_DOMAIN_VERSION}"
-CLIQUE_LABEL = "nvidia.com/gpu.clique"
-"""GPU Feature Discovery's label of a node's multi-node NVLink clique (``<cluster-uuid>.<clique-id>``)."""
-GPU_DEVICE_TYPES = ("gpu",)
-"""Values of a device's ``type`` attribute that are whole GPUs (NVIDIA's driver: ``gpu``; ``mig``
-devices and others are not counted as GPUs of the pool)."""
 
 
 def dra_key(driver: str) -> str:
@@ -37,7 +31,7 @@ def is_dra_key(resource: str) -> bool:
 
 def _attr(attrs: Mapping[str, Any], driver: str, name: str) -> Any:
     """A device attribute's value (``{"string": "gpu"}`` -> ``"gpu"``), looked up unqualified or
-    qualified by the driver's domain (``gpu.nvidia.com/type``), as the scheduler's CEL does."""
+    qualified by the driver's domain (``<driver>/type``), as the scheduler's CEL does."""
     raw = attrs.get(name)
     if raw is None:
         raw = attrs.get(f"{driver}/{name}")
@@ -57,8 +51,9 @@ class SliceView:
         driver: ``spec.driver``.
         pool: ``spec.pool.name`` (NVIDIA's driver: the node's name).
         node: ``spec.nodeName``, or None for slices not local to one node.
-        gpus: Names of its devices whose ``type`` attribute is a GPU (:data:`GPU_DEVICE_TYPES`)
-            or absent.
+        gpus: Names of its devices whose ``type`` attribute is absent or a whole GPU of some
+            vendor (:data:`kubeforge.accelerators.DRA_GPU_DEVICE_TYPES`: NVIDIA's driver's
+            ``gpu``; its ``mig`` devices and others are not GPUs of a pool).
         devices: Names of all its devices.
     """
 
@@ -82,7 +77,7 @@ def slice_from_k8s(body: Mapping[str, Any]) -> SliceView:
             continue
         names.append(str(d["name"]))
         kind = _attr(d.get("attributes") or {}, driver, "type")
-        if kind is None or str(kind) in GPU_DEVICE_TYPES:
+        if kind is None or str(kind) in DRA_GPU_DEVICE_TYPES:
             gpus.append(str(d["name"]))
     return SliceView(name=md.get("name") or "", driver=driver, pool=str((spec.get("pool") or {}).get("name") or ""),
                      node=spec.get("nodeName") or None, gpus=tuple(gpus), devices=tuple(names))
@@ -213,7 +208,7 @@ class ComputeDomainView:
     job: str | None = None
     cliques: tuple[str, ...] = ()
     channel_template: str = ""
-    status: str = "NotReady"
+    status: str = nvidia.DOMAIN_NOT_READY
     ready_nodes: frozenset[str] = frozenset()
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
@@ -221,19 +216,17 @@ class ComputeDomainView:
 
 def compute_domain_from_k8s(body: Mapping[str, Any], job_label: str = "kubeforge.io/job-name",
                             cliques_annotation: str = "kubeforge.io/cliques") -> ComputeDomainView:
-    """A :class:`ComputeDomainView` from a ComputeDomain."""
+    """A :class:`ComputeDomainView` from a ComputeDomain (its fields as
+    :mod:`kubeforge.accelerators.nvidia` reads them)."""
     md = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    st = body.get("status") or {}
     cliques = (md.get("annotations") or {}).get(cliques_annotation) or ""
     return ComputeDomainView(
         namespace=md.get("namespace") or "", name=md.get("name") or "",
         job=(md.get("labels") or {}).get(job_label),
         cliques=tuple(c for c in cliques.split(",") if c),
-        channel_template=str((((spec.get("channel") or {}).get("resourceClaimTemplate")) or {}).get("name") or ""),
-        status=str(st.get("status") or "NotReady"),
-        ready_nodes=frozenset(str(n.get("name")) for n in st.get("nodes") or []
-                              if isinstance(n, Mapping) and n.get("status") == "Ready" and n.get("name")),
+        channel_template=nvidia.channel_template_of(body.get("spec")),
+        status=nvidia.domain_status(body.get("status")),
+        ready_nodes=nvidia.ready_daemon_nodes(body.get("status")),
         deleting=bool(md.get("deletionTimestamp")),
         finalizers=tuple(md.get("finalizers") or ()),
     )

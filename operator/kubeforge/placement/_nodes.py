@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Sequence
 
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import BLOCKING_EFFECTS, Node, is_interrupted, tolerates
 
 from ._model import NodeInfo
@@ -38,7 +39,7 @@ def capacity_type(labels: Mapping[str, str]) -> CapacityType:
 
 def node_info(
     node: Node,
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str = DEFAULT_GPU_RESOURCE_NAME,
     allocated: int = 0,
     pool_tolerations: Sequence[Mapping[str, Any]] = (),
     capacity: CapacityType | None = None,

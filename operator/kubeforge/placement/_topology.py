@@ -4,36 +4,54 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from kubeforge.accelerators import TOPOLOGY_LEVELS as VENDOR_LEVELS
+
 from ._model import NodeInfo, TopologyLevel
 
-WELL_KNOWN_LEVELS: tuple[TopologyLevel, ...] = (
-    # Tier 0: the NVLink domain (GPUs linked by NVLink across nodes, e.g. GB200 NVL72).
-    # NVIDIA GPU Feature Discovery sets the clique label on MNNVL systems
-    # ("<cluster-uuid>.<clique-id>"); NVIDIA Topograph sets the accelerator label.
-    TopologyLevel("nvlink", "nvidia.com/gpu.clique"),
-    TopologyLevel("accelerator", "network.topology.nvidia.com/accelerator"),
+CLOUD_LEVELS: tuple[tuple[int, str, str], ...] = (
     # Tier 1: the first network tier above a node.
     # GKE compact placement / A3-A4 reservations: sub-block, then block
     # (cloud.google.com/gce-topology-{subblock,block}; gce-topology-host is per host).
-    TopologyLevel("subblock", "cloud.google.com/gce-topology-subblock"),
+    (1, "subblock", "cloud.google.com/gce-topology-subblock"),
     # AWS EC2 instance topology (EKS labels topology.k8s.aws/network-node-layer-N):
     # layer 3 is the network node closest to the instance, layer 1 the farthest.
-    TopologyLevel("aws-layer-3", "topology.k8s.aws/network-node-layer-3"),
+    (1, "aws-layer-3", "topology.k8s.aws/network-node-layer-3"),
     # OCI RDMA topology labels on OKE: local block < network block < HPC island.
-    TopologyLevel("local-block", "oci.oraclecloud.com/rdma.local_block_id"),
-    # NVIDIA Topograph (network.topology.nvidia.com/*): accelerator < leaf < spine < core.
-    TopologyLevel("leaf", "network.topology.nvidia.com/leaf"),
+    (1, "local-block", "oci.oraclecloud.com/rdma.local_block_id"),
     # Tier 2.
-    TopologyLevel("block", "cloud.google.com/gce-topology-block"),
-    TopologyLevel("aws-layer-2", "topology.k8s.aws/network-node-layer-2"),
-    TopologyLevel("network-block", "oci.oraclecloud.com/rdma.network_block_id"),
-    TopologyLevel("spine", "network.topology.nvidia.com/spine"),
+    (2, "block", "cloud.google.com/gce-topology-block"),
+    (2, "aws-layer-2", "topology.k8s.aws/network-node-layer-2"),
+    (2, "network-block", "oci.oraclecloud.com/rdma.network_block_id"),
     # Tier 3: the widest tiers.
-    TopologyLevel("aws-layer-1", "topology.k8s.aws/network-node-layer-1"),
-    TopologyLevel("hpc-island", "oci.oraclecloud.com/rdma.hpc_island_id"),
-    TopologyLevel("core", "network.topology.nvidia.com/core"),
+    (3, "aws-layer-1", "topology.k8s.aws/network-node-layer-1"),
+    (3, "hpc-island", "oci.oraclecloud.com/rdma.hpc_island_id"),
 )
-"""Well-known topology labels, narrowest first.
+"""``(tier, level name, node label)`` of the clouds' well-known topology labels, narrowest first
+within each cloud (tiers as in :mod:`kubeforge.accelerators`: 0 the accelerator interconnect,
+1 the first network tier, 2 the second, 3 the widest; no cloud label is tier 0)."""
+
+
+def _by_tier(clouds: Sequence[tuple[int, str, str]],
+             vendors: Sequence[tuple[int, str, str]]) -> tuple[TopologyLevel, ...]:
+    """One table of topology levels, narrowest tier first: each tier's cloud levels in their
+    order, then its vendor levels in theirs.
+
+    Args:
+        clouds: ``(tier, name, node label)`` of cloud labels (:data:`CLOUD_LEVELS`).
+        vendors: The same of GPU vendors' labels
+            (:data:`kubeforge.accelerators.TOPOLOGY_LEVELS`).
+
+    Returns:
+        The levels, as :class:`TopologyLevel`.
+    """
+    rows = (*clouds, *vendors)
+    return tuple(TopologyLevel(name, label) for tier in sorted({r[0] for r in rows})
+                 for t, name, label in rows if t == tier)
+
+
+WELL_KNOWN_LEVELS: tuple[TopologyLevel, ...] = _by_tier(CLOUD_LEVELS, VENDOR_LEVELS)
+"""Well-known topology labels, narrowest first: the GPU vendors' (NVLink cliques, NVIDIA
+Topograph: :mod:`kubeforge.accelerators`) and the clouds' (:data:`CLOUD_LEVELS`), by tier.
 
 Within one provider the order is the provider's own nesting (GCE subblock < block; AWS
 layer-3 < layer-2 < layer-1; OCI local block < network block < HPC island; Topograph
@@ -41,10 +59,10 @@ accelerator < leaf < spine < core). Across providers the table interleaves them 
 (NVLink domain, first switch tier, second, widest); :func:`detect_levels` only falls back to
 this order where the observed nodes do not say which level nests in which.
 
-Sources: NVIDIA GPU Feature Discovery (``nvidia.com/gpu.clique``); GKE documentation on
-compact placement and topology labels (``cloud.google.com/gce-topology-*``); Amazon EKS /
-EC2 instance topology (``topology.k8s.aws/network-node-layer-*``); OCI OKE RDMA node labels
-(``oci.oraclecloud.com/rdma.*``); NVIDIA Topograph (``network.topology.nvidia.com/*``).
+Sources: GKE documentation on compact placement and topology labels
+(``cloud.google.com/gce-topology-*``); Amazon EKS / EC2 instance topology
+(``topology.k8s.aws/network-node-layer-*``); OCI OKE RDMA node labels (``oci.oraclecloud.com/rdma.*``);
+the vendors' in their modules.
 """
 
 

@@ -9,26 +9,28 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kubeforge.accelerators import nvidia
 from kubeforge.admission import PoolView, clique_level, gang_request, is_dra_pool
 from kubeforge.builders.training import (
     COMPUTE_DOMAIN_FINALIZER, build_compute_domain, build_gpu_claim_template, channel_template_name,
     compute_domain_name, gpu_claim_template_name,
 )
-from kubeforge.objects import CLIQUE_LABEL, COMPUTE_DOMAIN_API_VERSION, Key, PlacementRecord, TrainingJobRecord
+from kubeforge.objects import Key, PlacementRecord, TrainingJobRecord
 from kubeforge.runtime.client import RESOURCES, ApiError, Resource
 from kubeforge.runtime.state import Runtime
 
 log = logging.getLogger("kubeforge.dra")
 
 RESOURCES.setdefault("ResourceClaimTemplate", Resource("/apis/resource.k8s.io/v1", "resourceclaimtemplates"))
-RESOURCES.setdefault("ComputeDomain", Resource(f"/apis/{COMPUTE_DOMAIN_API_VERSION}", "computedomains"))
+RESOURCES.setdefault(nvidia.COMPUTE_DOMAIN_KIND,
+                     Resource(f"/apis/{nvidia.COMPUTE_DOMAIN_API_VERSION}", nvidia.COMPUTE_DOMAIN_PLURAL))
 
 
 def domain_cliques(rt: Runtime, view: PoolView | None, placement: PlacementRecord | None,
                    job: TrainingJobRecord) -> tuple[str, ...] | None:
     """The NVLink cliques of a placement that needs a ComputeDomain: a gang whose topology level is
     the clique level of a DRA pool (:func:`~kubeforge.admission.clique_level`), on several nodes,
-    every one of them in a clique (``nvidia.com/gpu.clique``); else None."""
+    every one of them in a clique (:func:`kubeforge.accelerators.nvidia.gang_cliques`); else None."""
     if view is None or placement is None or not is_dra_pool(view.record) or len(set(placement.nodes)) < 2:
         return None
     try:
@@ -36,14 +38,8 @@ def domain_cliques(rt: Runtime, view: PoolView | None, placement: PlacementRecor
             return None
     except (TypeError, ValueError, AttributeError, KeyError):
         return None
-    cliques = set()
-    for name in placement.nodes:
-        node = rt.cache.node(name)
-        clique = node.labels.get(CLIQUE_LABEL) if node is not None else None
-        if clique is None:
-            return None
-        cliques.add(clique)
-    return tuple(sorted(cliques))
+    nodes = (rt.cache.node(name) for name in placement.nodes)
+    return nvidia.gang_cliques(node.labels if node is not None else None for node in nodes)
 
 
 def claim_templates(view: PoolView | None, job: TrainingJobRecord, cliques: tuple[str, ...] | None) -> tuple[str | None, str | None]:
@@ -68,7 +64,7 @@ def before_pods(view: PoolView | None, job: TrainingJobRecord, domain: tuple[str
     out.append(("ResourceClaimTemplate", body["metadata"]["name"], body))
     if domain is not None:
         cd = build_compute_domain(job, domain[1])
-        out.append(("ComputeDomain", cd["metadata"]["name"], cd))
+        out.append((nvidia.COMPUTE_DOMAIN_KIND, cd["metadata"]["name"], cd))
     return out
 
 
@@ -97,12 +93,12 @@ async def _release(rt: Runtime, ns: str, name: str) -> None:
         ops = [{"op": "test", "path": "/metadata/finalizers", "value": list(cd.finalizers)},
                {"op": "replace", "path": "/metadata/finalizers", "value": keep}]
         try:  # the test keeps a finalizer the driver added meanwhile (a 422: the retry decides again)
-            await rt.client.patch("ComputeDomain", ns, name, ops, patch_type="json")
+            await rt.client.patch(nvidia.COMPUTE_DOMAIN_KIND, ns, name, ops, patch_type="json")
         except ApiError as e:
             if e.code != 404:
                 raise
     try:
-        await rt.client.delete("ComputeDomain", ns, name)
+        await rt.client.delete(nvidia.COMPUTE_DOMAIN_KIND, ns, name)
     except ApiError as e:
         if e.code != 404:
             raise
