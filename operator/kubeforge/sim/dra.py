@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from kubeforge.accelerators.nvidia import COUNT_LABEL, MEMORY_LABEL, PRODUCT_LABEL
 from kubeforge.sim._process import start_detached, stop_pidfile
 from kubeforge.sim.fleet import DRA_NODE_LABEL
 
@@ -56,10 +57,10 @@ def slice_manifests(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if labels.get(DRA_NODE_LABEL) != "true":
             continue
         name = n["metadata"]["name"]
-        count = int(labels.get("nvidia.com/gpu.count") or 0)
-        mem = int(labels.get("nvidia.com/gpu.memory") or 0)
+        count = int(labels.get(COUNT_LABEL) or 0)
+        mem = int(labels.get(MEMORY_LABEL) or 0)
         gpus = [{"name": f"gpu-{i}", "attributes": {
-            "type": {"string": "gpu"}, "productName": {"string": labels.get("nvidia.com/gpu.product", "")},
+            "type": {"string": "gpu"}, "productName": {"string": labels.get(PRODUCT_LABEL, "")},
             "index": {"int": i}, "uuid": {"string": f"GPU-{name}-{i}"}},
             "capacity": {"memory": {"value": f"{mem}Mi"}}} for i in range(count)]
         chans = [{"name": f"channel-{i}", "attributes": {"type": {"string": "channel"}, "id": {"int": i}}}

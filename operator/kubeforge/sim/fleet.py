@@ -41,6 +41,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from kubeforge.accelerators.nvidia import (
+    CLIQUE_LABEL, COUNT_LABEL, GPU_RESOURCE_NAME, MEMORY_LABEL, PRESENT_LABEL, PRODUCT_LABEL,
+)
+
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_LABEL = "kubeforge.io/sim-fleet"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
@@ -53,7 +57,7 @@ class GPUSpec(BaseModel):
     product: str = Field("NVIDIA-H100-80GB-HBM3", description="nvidia.com/gpu.product label value.")
     count: int = Field(8, ge=0, le=64, description="GPUs per node: nvidia.com/gpu capacity.")
     memory_mib: int = Field(81559, alias="memoryMiB", ge=0, description="nvidia.com/gpu.memory label, MiB.")
-    resource_name: str = Field("nvidia.com/gpu", alias="resourceName", description="Device-plugin resource name.")
+    resource_name: str = Field(GPU_RESOURCE_NAME, alias="resourceName", description="Device-plugin resource name.")
     allocation: Literal["DevicePlugin", "DRA"] = Field(
         "DevicePlugin", description="DevicePlugin: node capacity of resourceName; DRA: a ResourceSlice of the "
         "simulated DRA driver lists the GPUs (kubeforge.sim.dra).")
@@ -150,15 +154,15 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
                 FLEET_LABEL: fleet.name,
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": gpu.product,
-                "nvidia.com/gpu.count": str(gpu.count),
-                "nvidia.com/gpu.memory": str(gpu.memory_mib),
+                PRESENT_LABEL: "true",
+                PRODUCT_LABEL: gpu.product,
+                COUNT_LABEL: str(gpu.count),
+                MEMORY_LABEL: str(gpu.memory_mib),
                 CAPACITY_TYPE_LABEL: g.capacity_type or "on-demand",
                 **g.labels,
             }
             if g.nodes_per_clique:
-                labels["nvidia.com/gpu.clique"] = f"{fleet.name}.{g.name}-{i // g.nodes_per_clique}"
+                labels[CLIQUE_LABEL] = f"{fleet.name}.{g.name}-{i // g.nodes_per_clique}"
             resources = {
                 "cpu": g.cpu or "192",
                 "memory": g.memory or "2Ti",

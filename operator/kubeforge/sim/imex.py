@@ -23,10 +23,15 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kubeforge.accelerators.nvidia import (
+    CLIQUE_LABEL, COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_PLURAL,
+    COMPUTE_DOMAIN_VERSION,
+)
+
 log = logging.getLogger("kubeforge.sim.imex")
 FINALIZER = "resource.nvidia.com/computeDomain"
 DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
-CD_GROUP, CD_VERSION, CD_PLURAL = "resource.nvidia.com", "v1beta1", "computedomains"
+CD_GROUP, CD_VERSION, CD_PLURAL = COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, COMPUTE_DOMAIN_PLURAL
 CD = (CD_GROUP, CD_VERSION, CD_PLURAL)
 """For ``list_cluster_custom_object``; namespaced calls take (group, version, namespace, plural, name)."""
 RES = ("resource.k8s.io", "v1")
@@ -68,7 +73,7 @@ def step(api: client.CustomObjectsApi, core: client.CoreV1Api, seen: dict, delay
         seen.clear()
         return
     claims = api.list_cluster_custom_object(*RES, "resourceclaims", label_selector=DOMAIN_LABEL).get("items") or []
-    cliques = {n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.clique", "")
+    cliques = {n.metadata.name: (n.metadata.labels or {}).get(CLIQUE_LABEL, "")
                for n in core.list_node(label_selector="kubeforge.io/sim-dra").items}
     for cd in domains:
         _one(api, cd, claims, cliques, seen, delay, now)
@@ -101,7 +106,7 @@ def _one(api: client.CustomObjectsApi, cd: dict, claims: list, cliques: dict, se
     if template:
         body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": template, "namespace": ns,
-                             "ownerReferences": [{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                             "ownerReferences": [{"apiVersion": COMPUTE_DOMAIN_API_VERSION, "kind": COMPUTE_DOMAIN_KIND,
                                                   "name": name, "uid": uid}]},
                 "spec": {"metadata": {"labels": {DOMAIN_LABEL: uid}},
                          "spec": {"devices": {"requests": [{"name": "channel", "exactly": {
