@@ -39,7 +39,8 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import (
-    ENDPOINT_PORT_NAME, ENDPOINTS_ACTIVATOR, ENDPOINTS_LABEL, ENDPOINTS_REPLICAS, Engine, InferenceServiceSpec,
+    DEFAULT_GPU_RESOURCE_NAME, ENDPOINT_PORT_NAME, ENDPOINTS_ACTIVATOR, ENDPOINTS_LABEL, ENDPOINTS_REPLICAS, Engine,
+    InferenceServiceSpec,
 )
 from kubeforge.builders.common import owner_reference
 from kubeforge.builders.training import WORKERS_SERVICE
@@ -159,7 +160,7 @@ def build_group_pod(
     gpus_per_pod: int,
     template_hash: str,
     levels: Sequence[TopologyLevel] = (),
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str = DEFAULT_GPU_RESOURCE_NAME,
     tolerations: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Pod ``worker`` of ``group``, pinned to ``group.nodes[worker]``.

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from kubeforge import metrics
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.builders.training import (
     build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
 )
@@ -301,7 +302,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement, job))
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
-                             gpu_resource=view.resource if view else "nvidia.com/gpu",
+                             gpu_resource=view.resource if view else DEFAULT_GPU_RESOURCE_NAME,
                              tolerations=view.tolerations if view else (), last_checkpoint=last,
                              gpu_claim_template=gpu_template, channel_claim_template=channel_template,
                              scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
