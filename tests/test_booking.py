@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from kubeforge.admission import build_ledger, gang_request, plan_admission, pool_status, pool_view
-from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
+from kubeforge.runtime.prometheus_urls import resolved_refusal, url_allowed, url_refusal
 from kubeforge.builders.training import build_worker_pod
 from kubeforge.objects import (
     PLACEMENT_LOST, UNSCHEDULABLE_TEMPLATE, PlacementRecord, Taint, gpu_request_conflict, pod_requests,
@@ -266,6 +266,18 @@ API = frozenset({"10.96.0.1:443", "127.0.0.1:6443"})
 ])
 def test_prometheus_urls(url, allow, refused):
     assert bool(url_refusal(url, allow, API)) is refused
+
+
+@pytest.mark.parametrize("url, allowed, ok", [
+    ("http://prom.monitoring:9090", (), True),
+    ("http://prom.monitoring:9090", ("http://prom.monitoring:9090",), True),
+    ("http://prom.monitoring:9090/prometheus", ("http://prom.monitoring:9090",), True),
+    ("http://prom.monitoring:90901", ("http://prom.monitoring:9090",), False),
+    ("http://kubernetes.default.svc/api", ("http://prom.monitoring:9090",), False),
+    ("http://169.254.169.254/latest/meta-data", ("http://prom.monitoring:9090",), False),
+])
+def test_url_allow_list(url, allowed, ok):
+    assert url_allowed(url, allowed) is ok
 
 
 def test_a_name_resolving_to_the_api_server_is_refused():

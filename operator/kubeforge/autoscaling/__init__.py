@@ -5,11 +5,12 @@ The pure core (no I/O, no clock) is what this package exports::
     from kubeforge.autoscaling import AutoscalingPolicy, AutoscalerState, decide
 
     policy = AutoscalingPolicy.from_spec(spec)  # the parsed InferenceServiceSpec, API defaults applied
-    signals = await read_signals(http, url, namespace, name, ...)  # kubeforge.autoscaling.prometheus
+    signals = await rt.metrics.signals(url, namespace, name, ...)  # the runtime's MetricsSource
     d = decide(policy, state, current_replicas=2, metric=signals, now=time.time(),
                placeable_replicas=5)
     # apply d.desired (drain d.scale_down_count replicas first), keep d.state for the next
-    # call, write the ScalingActive / ScalingLimited / SLOMet conditions from d's reasons
+    # call; kubeforge.serving.scaling_status writes the ScalingActive / ScalingLimited / SLOMet
+    # conditions from d's reasons
 
 Two modes. **Queue depth** (no ``spec.autoscaling.slo``, the default): the metric is the
 **total** queue across the service and ``desired = ceil(total / target_per_replica)`` (KEDA
@@ -21,10 +22,14 @@ for the ITL percentile, and scale-up goes to that count in one decision
 HPA's named steps (:mod:`kubeforge.autoscaling._steps`: read metrics -> desired -> stabilize
 -> rate-limit -> bound), KEDA's activation threshold and scale to zero, the stabilization
 windows. The defaults are the API's (``kubeforge.api``), read through
-:meth:`AutoscalingPolicy.from_spec`; ``e2e/bench_autoscaling.py`` measures them against
+:meth:`AutoscalingPolicy.from_spec`; ``python -m e2e.bench.autoscaling`` measures them against
 KEDA + HPA, llm-d's saturation autoscaler and a Dynamo-planner-like load mode.
 
-Reading Prometheus is I/O and lives in :mod:`kubeforge.autoscaling.prometheus` (not imported here).
+No I/O here: what to ask Prometheus and how to read its answers (PromQL templates and
+rendering, response parsing, the activator's held requests) is :mod:`kubeforge.autoscaling.prometheus`
+(pure, not imported here); the requests are the runtime's, through the
+:class:`~kubeforge.runtime.metrics_source.MetricsSource` protocol (Prometheus in the operator, a
+fake in tests), as the HPA controller's ``metrics.MetricsClient``.
 """
 
 from . import _reasons as reasons

@@ -1,4 +1,9 @@
-"""The one PromQL query behind ``read_signals`` and the parsing of its answer (pure: strings in, data out)."""
+"""The PromQL the autoscaler sends and the parsing of the answers (pure: strings in, data out).
+
+:func:`signals_query` is the one query behind a decision's :class:`Signals` (sent by
+:func:`kubeforge.runtime.prometheus_http.read_signals`); :data:`RUNNING_BY_POD` the one behind a
+drain (each pod's running requests, :func:`parse_by_pod`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from typing import Any
 
 from ._signals import Signals
 
-__all__ = ["SIGNAL_LABEL", "SIGNAL_EXPRESSIONS", "parse_signals_response", "signals_query"]
+__all__ = ["RUNNING_BY_POD", "SIGNAL_LABEL", "SIGNAL_EXPRESSIONS", "failed_signals", "parse_by_pod",
+           "parse_signals_response", "signals_query"]
 
 #: The label each signal's series carries in the combined answer.
 SIGNAL_LABEL = "kubeforge_signal"
@@ -75,6 +81,13 @@ def _all_failed(base: Signals, error: str, names: tuple[str, ...]) -> Signals:
     return replace(base, errors=tuple((n, error) for n in names))
 
 
+def failed_signals(error: str, percentile: float = 90.0, window_seconds: float = 60.0) -> Signals:
+    """The :class:`Signals` of a query that got no answer: every signal of
+    :data:`SIGNAL_EXPRESSIONS` carries ``error`` (a short fixed text: "connection failed",
+    "timeout after 2s"), none a value."""
+    return _all_failed(Signals(percentile=percentile, window_seconds=window_seconds), error, tuple(SIGNAL_EXPRESSIONS))
+
+
 def parse_signals_response(status_code: int, body: str, percentile: float = 90.0,
                            window_seconds: float = 60.0) -> Signals:
     """Turn the answer to :func:`signals_query` into :class:`Signals`; never raises.
@@ -129,3 +142,42 @@ def parse_signals_response(status_code: int, body: str, percentile: float = 90.0
         errors[name] = "no series"
     return replace(base, time=when, errors=tuple((n, errors[n]) for n in names if n in errors), absent=absent,
                    **values)
+
+
+RUNNING_BY_POD = 'sum by (pod) (vllm:num_requests_running{namespace="{namespace}",service="{service}"})'
+"""Running requests per pod of one service, for draining a replica before it is deleted (read only
+while some replica drains; rendered with :func:`kubeforge.autoscaling.prometheus.render_query`).
+
+``vllm:num_requests_running`` is vLLM's gauge of requests being generated; ``pod`` is the label
+Prometheus' Kubernetes discovery (PodMonitor and ServiceMonitor alike) attaches. Scrape the model
+servers with a PodMonitor (or pod annotations): a ServiceMonitor scrapes through the Service's
+endpoints, which a draining leader has just left, so its series would stop exactly when it is
+needed; without a value the drain ends at ``drainSeconds``."""
+
+
+def parse_by_pod(status_code: int, body: str) -> dict[str, float] | None:
+    """``{pod: value}`` from a Prometheus instant-vector answer (:data:`RUNNING_BY_POD`'s).
+
+    Returns:
+        The values by pod name; None on any error (a status other than 200, a body that is not a
+        Prometheus vector). A value that is not a finite number >= 0 is left out.
+    """
+    if status_code != 200:
+        return None
+    try:
+        data = json.loads(body)
+        result = data["data"]["result"] if data.get("status") == "success" else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(result, list):
+        return None
+    out: dict[str, float] = {}
+    for item in result:
+        try:
+            pod = item["metric"]["pod"]
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            out[str(pod)] = value
+    return out

@@ -1,14 +1,19 @@
-"""Read what the autoscaler needs from Prometheus (the only I/O in ``kubeforge.autoscaling``).
+"""What the autoscaler asks Prometheus and how it reads the answers: PromQL and parsing, pure.
 
-Two entry points, both ``GET /api/v1/query`` (instant queries) bounded by a timeout:
+The requests themselves are the runtime's (:mod:`kubeforge.runtime.metrics_source`: the
+:class:`~kubeforge.runtime.metrics_source.MetricsSource` protocol, its Prometheus
+implementation over :mod:`kubeforge.runtime.prometheus_http` and a fake for tests; the
+``prometheusURL`` policy is :mod:`kubeforge.runtime.prometheus_urls`). This module holds what
+they send and how each answer becomes data, both instant queries (``GET /api/v1/query``):
 
-* :func:`read_signals`: everything one decision needs for one service (vLLM's queue, running
-  requests, KV-cache usage, the activator's held requests, the admission rate, the mean
-  running time, the TTFT / ITL / prefill percentiles) in **one** query, each signal labelled
-  (``label_replace(..., "kubeforge_signal", ...)``) and joined with ``or``; plus one query for
-  the queue-depth metric when it is not vLLM's (SGLang, Custom). Returns a
-  :class:`~kubeforge.autoscaling.Signals` with an error text per missing signal.
-* :func:`query_scalar`: one value of one query (queue-depth mode's metric).
+* the signals of one decision (vLLM's queue, running requests, KV-cache usage, the activator's
+  held requests, the admission rate, the mean running time, the TTFT / ITL / prefill
+  percentiles) in **one** query, each signal labelled (``label_replace(...,
+  "kubeforge_signal", ...)``) and joined with ``or`` (:func:`signals_query`,
+  :func:`parse_signals_response`); :func:`with_queue` adds the queue-depth metric to them;
+* one value of one query (queue-depth mode's metric: :func:`resolve_query`,
+  :func:`parse_query_response`), plus the activator's held requests while no replica is ready
+  (:func:`with_held`).
 
 Nothing here raises on a bad answer: every failure comes back as ``None`` with an ``error``
 text, which the autoscaler turns into "hold replicas, ScalingActive=False".
@@ -48,7 +53,8 @@ is sent as written. The query must return a single series or a scalar; wrap it i
 What a failed query reports (in status conditions and Events, which namespace users read)
 never includes the response body: ``prometheusURL`` is the user's, so a body could come from
 any in-cluster endpoint. Only the HTTP status code, Prometheus' ``errorType`` (a fixed set)
-and fixed messages go out; the operator can restrict the URLs with ``--prometheus-url-allow``.
+and fixed messages go out; the operator restricts the URLs (``--prometheus-url-allow``,
+:mod:`kubeforge.runtime.prometheus_urls`).
 """
 
 from __future__ import annotations
@@ -58,28 +64,33 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-import httpx
-
-from ._promql import SIGNAL_EXPRESSIONS, parse_signals_response, signals_query
+from ._promql import (
+    RUNNING_BY_POD, SIGNAL_EXPRESSIONS, failed_signals, parse_by_pod, parse_signals_response, signals_query,
+)
 from ._signals import Signals
 
 __all__ = [
     "DEFAULT_QUERIES",
+    "DEFAULT_QUERY_NAME",
     "HELD_METRIC",
     "HELD_QUERY",
     "PROMETHEUS_ERROR_TYPES",
+    "RUNNING_BY_POD",
+    "SIGNAL_EXPRESSIONS",
     "QueryResult",
+    "failed",
+    "failed_signals",
+    "parse_by_pod",
     "parse_query_response",
     "parse_signals_response",
-    "query_scalar",
-    "query_scalar_sync",
-    "read_signals",
+    "query_request",
+    "queue_template",
     "reads_held",
     "render_query",
     "resolve_query",
     "signals_query",
-    "url_allowed",
     "with_held",
+    "with_queue",
 ]
 
 _SEL = '{namespace="{namespace}",service="{service}"}'
@@ -278,132 +289,55 @@ PROMETHEUS_ERROR_TYPES = ("timeout", "canceled", "execution", "bad_data", "inter
 """``errorType`` values of the Prometheus HTTP API (``web/api/v1``)."""
 
 
-def url_allowed(url: str, allow: tuple[str, ...]) -> bool:
-    """Whether ``url`` starts with one of the ``allow`` prefixes (an empty list allows any).
-
-    A prefix ``http://prometheus.monitoring:9090`` allows that host and port and any path
-    under it; compare on the whole prefix, so ``http://prom`` does not allow
-    ``http://prometheus-evil``... unless written so.
-    """
-    if not allow:
-        return True
-    return any(url == p or url.startswith(p.rstrip("/") + "/") for p in allow)
-
-
-def _params(promql: str, timeout: float) -> dict[str, str]:
-    # Prometheus parses durations like "1500ms" (model.ParseDuration); fractional "1.5s" is not one.
-    return {"query": promql, "timeout": f"{max(1, round(timeout * 1000))}ms"}
-
-
-def _url(base_url: str) -> str:
-    return base_url.rstrip("/") + "/api/v1/query"
-
-
-def _transport_error(exc: Exception, timeout: float) -> QueryResult:
-    if isinstance(exc, httpx.TimeoutException):
-        return _fail(f"timeout after {timeout:g}s")
-    if isinstance(exc, httpx.ConnectError):
-        return _fail("connection failed")
-    return _fail(f"request failed ({type(exc).__name__})")
-
-
-async def query_scalar(
-    client: httpx.AsyncClient, base_url: str, promql: str, timeout: float = 2.0
-) -> QueryResult:
-    """Run an instant query and return its single value.
-
-    ``GET {base_url}/api/v1/query?query=<promql>`` (Prometheus HTTP API), evaluated at the
-    server's current time.
+def query_request(base_url: str, promql: str, timeout: float) -> tuple[str, dict[str, str]]:
+    """The ``GET`` of one instant query: ``(URL, query parameters)``.
 
     Args:
-        client: The HTTP client (carries auth headers, TLS settings, proxies).
-        base_url: Prometheus' address, e.g. ``http://prometheus.monitoring:9090``; a
-            trailing slash is fine, a path prefix (``/prometheus``) is kept.
-        promql: The rendered query (see :func:`render_query`).
-        timeout: Seconds for the whole request; also sent as Prometheus' own ``timeout``.
+        base_url: Prometheus' address, e.g. ``http://prometheus.monitoring:9090``; a trailing
+            slash is fine, a path prefix (``/prometheus``) is kept.
+        promql: The rendered query.
+        timeout: Seconds for the whole request, also sent as Prometheus' own ``timeout``
+            (in milliseconds: Prometheus parses ``1500ms``, not a fractional ``1.5s``).
 
     Returns:
-        The :class:`QueryResult`; HTTP errors, refused connections, timeouts and malformed
-        answers come back as ``error`` text. Never raises (except on cancellation).
+        ``(base_url + "/api/v1/query", {"query": promql, "timeout": "<ms>ms"})``.
     """
-    try:
-        resp = await client.get(
-            _url(base_url), params=_params(promql, timeout), timeout=timeout
-        )
-    except httpx.HTTPError as exc:
-        return _transport_error(exc, timeout)
-    except (OSError, ValueError) as exc:  # e.g. an invalid URL
-        return _fail(f"request failed ({type(exc).__name__})")
-    return parse_query_response(resp.status_code, resp.text)
+    return base_url.rstrip("/") + "/api/v1/query", {"query": promql, "timeout": f"{max(1, round(timeout * 1000))}ms"}
 
 
-def query_scalar_sync(client: httpx.Client, base_url: str, promql: str, timeout: float = 2.0) -> QueryResult:
-    """Blocking twin of :func:`query_scalar`, same arguments and results, with ``httpx.Client``."""
-    try:
-        resp = client.get(_url(base_url), params=_params(promql, timeout), timeout=timeout)
-    except httpx.HTTPError as exc:
-        return _transport_error(exc, timeout)
-    except (OSError, ValueError) as exc:
-        return _fail(f"request failed ({type(exc).__name__})")
-    return parse_query_response(resp.status_code, resp.text)
+def failed(error: str) -> QueryResult:
+    """A :class:`QueryResult` with no value and the short fixed ``error`` text (never a body)."""
+    return _fail(error)
 
 
-async def read_signals(
-    client: httpx.AsyncClient,
-    base_url: str,
-    namespace: str,
-    service: str,
-    *,
-    percentile: float = 90.0,
-    window_seconds: float = 60.0,
-    queue_query: str | None = None,
-    timeout: float = 2.0,
-) -> Signals:
-    """Everything one autoscaling decision needs about one service, in one or two queries.
+def queue_template(metric: str, query: str | None) -> str:
+    """The queue's PromQL template of a spec: the user's ``query`` (Custom, or any given), else
+    the named ``metric``'s (``DEFAULT_QUERIES``; an unknown name gives ``VLLMWaiting``'s)."""
+    return query or DEFAULT_QUERIES.get(metric, DEFAULT_QUERIES[DEFAULT_QUERY_NAME])
 
-    Query 1 (:func:`kubeforge.autoscaling._promql.signals_query`): vLLM's waiting, running,
-    replicas reporting, KV-cache usage, the running count of replicas that queue, the
-    admission rate, the mean running time, the TTFT / ITL / prefill percentiles over
-    ``window_seconds``, and the activator's held requests. Query 2, only with
-    ``queue_query``: the queue-depth metric (SGLang's or a Custom query).
+
+def with_queue(signals: Signals, queue: QueryResult | None) -> Signals:
+    """The signals with their queue-depth metric (``Signals.queue``) set.
 
     Args:
-        client: The HTTP client.
-        base_url: Prometheus' address (a path prefix is kept).
-        namespace: The InferenceService's namespace.
-        service: Its name (the ``service`` label of its series).
-        percentile: Latency percentile, in (0, 100) (``slo.percentile``).
-        window_seconds: Window of rates and percentiles, s (``slo.windowSeconds``).
-        queue_query: ``None`` for vLLM: the queue-depth metric is then vLLM's waiting plus the
-            activator's held (``Signals.queue``); else a template or a ``DEFAULT_QUERIES``
-            name, rendered with :func:`render_query` and read with :func:`query_scalar`.
-        timeout: Seconds for each request (also Prometheus' own ``timeout``).
+        signals: :func:`parse_signals_response`'s (or :func:`failed_signals`') signals.
+        queue: ``None`` for vLLM's own queue: the engines' waiting plus the activator's held
+            requests (``Signals.queued``); else the answer to the service's queue query (SGLang's,
+            a Custom one), read apart.
 
     Returns:
-        The :class:`Signals`; per-signal errors are short fixed texts (HTTP status,
-        ``errorType``, "no series", "timeout after 2s"), never a response body. Never raises
-        (except on cancellation).
+        The signals with ``queue`` set, or, when there is none, a ``"queue"`` error (the
+        waiting signal's, or the query's) and ``"queue"`` in ``absent`` when Prometheus answered
+        with no series at all.
     """
-    promql = signals_query(namespace, service, percentile, window_seconds)
-    try:
-        resp = await client.get(_url(base_url), params=_params(promql, timeout), timeout=timeout)
-        sig = parse_signals_response(resp.status_code, resp.text, percentile, window_seconds)
-    except httpx.HTTPError as exc:
-        err = _transport_error(exc, timeout).error or "request failed"
-        sig = Signals(percentile=percentile, window_seconds=window_seconds,
-                      errors=tuple((n, err) for n in SIGNAL_EXPRESSIONS))
-    except (OSError, ValueError) as exc:
-        sig = Signals(percentile=percentile, window_seconds=window_seconds,
-                      errors=tuple((n, f"request failed ({type(exc).__name__})") for n in SIGNAL_EXPRESSIONS))
-    if queue_query is None:
-        queued = sig.queued
+    if queue is None:
+        queued = signals.queued
         if queued is not None:
-            return replace(sig, queue=queued)
-        empty = ("queue",) if {"waiting", "held"} <= set(sig.absent) else ()
-        return replace(sig, errors=sig.errors + (("queue", sig.error("waiting") or "no series"),),
-                       absent=sig.absent + empty)
-    q = await query_scalar(client, base_url, resolve_query(queue_query, namespace, service), timeout=timeout)
-    if q.value is not None:
-        return replace(sig, queue=q.value)
-    return replace(sig, errors=sig.errors + (("queue", q.error or "no value"),),
-                   absent=sig.absent + (("queue",) if q.empty else ()))
+            return replace(signals, queue=queued)
+        empty = ("queue",) if {"waiting", "held"} <= set(signals.absent) else ()
+        return replace(signals, errors=signals.errors + (("queue", signals.error("waiting") or "no series"),),
+                       absent=signals.absent + empty)
+    if queue.value is not None:
+        return replace(signals, queue=queue.value)
+    return replace(signals, errors=signals.errors + (("queue", queue.error or "no value"),),
+                   absent=signals.absent + (("queue",) if queue.empty else ()))

@@ -129,7 +129,7 @@ class KubeClient:
     def server_addresses(self) -> frozenset[str]:
         """Where the API server answers, as this process reaches it: ``host:port`` of the
         configured server URL and of the in-cluster ``KUBERNETES_SERVICE_HOST``. What
-        :mod:`kubeforge.autoscaling.urls` never lets an InferenceService's prometheusURL reach."""
+        :mod:`kubeforge.runtime.prometheus_urls` never lets an InferenceService's prometheusURL reach."""
         assert self._api is not None, "KubeClient.start() first"
         from urllib.parse import urlsplit
 

@@ -7,11 +7,14 @@ Every reconcile (a pod, a node, admission or a timer brought it here):
    (:func:`kubeforge.admission.group_shape`: pods per replica, GPUs each);
 2. make sure the Service exists (no selector: the operator writes its EndpointSlice);
 3. once per ``autoscaling.pollingIntervalSeconds`` (and at once when the spec changes), read
-   the metric from Prometheus (only an allowed URL) and ask the pure autoscaler
-   (:func:`kubeforge.autoscaling.decide`) for the replica count, capped by how many whole
-   groups the pool can place now (:func:`kubeforge.admission.groups_that_fit`);
+   the metric through the runtime's :class:`~kubeforge.runtime.metrics_source.MetricsSource`
+   (only from an allowed URL: :mod:`kubeforge.runtime.prometheus_urls`) and ask the pure
+   autoscaler (:func:`kubeforge.autoscaling.decide`) for the replica count, capped by how many
+   whole groups the pool can place now (:func:`kubeforge.admission.groups_that_fit`);
 4. ask :func:`~kubeforge.serving.plan_serving` what to do with the groups (admission's new
-   groups, failures, startup, drain, rollout, scale);
+   groups, failures, startup, drain, rollout, scale), given the autoscaler's outcome: the plan
+   holds the whole status patch (the autoscaling conditions, ``desiredReplicas``,
+   ``lastScaleTime``, ``lastMetricValue``, ``url`` included) and every Event;
 5. write the status once (the groups' nodes are on record before their pods exist), post the
    Events that narrate it (held in the Cache until the write answers, so neither a lost answer
    nor a failed create loses them), then delete, create, write the EndpointSlice.
@@ -30,34 +33,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
-from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, decide
-from kubeforge.autoscaling import reasons as scaling
-from kubeforge.autoscaling.drain import running_by_pod
-from kubeforge.autoscaling import Signals
-from kubeforge.autoscaling.prometheus import (
-    DEFAULT_QUERIES, HELD_QUERY, QueryResult, query_scalar, read_signals, reads_held, render_query, with_held,
-)
-from kubeforge.autoscaling.urls import resolved_refusal, url_refusal
-from kubeforge.builders.common import conditions_equal, rfc3339, set_condition
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, Signals, decide
+from kubeforge.autoscaling.prometheus import QueryResult, queue_template, render_query
+from kubeforge.builders.common import conditions_equal, set_condition
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
 from kubeforge.builders.training import WORKERS_SERVICE, build_workers_service
 from kubeforge.objects import (
-    INVALID_SPEC, NORMAL, POOL_NOT_FOUND, READY, SCALED, WARNING, InferenceServiceRecord, Key, condition, groups_of,
-    refusal_reason,
+    INVALID_SPEC, POOL_NOT_FOUND, READY, WARNING, InferenceServiceRecord, Key, condition, groups_of, refusal_reason,
 )
 from kubeforge.runtime.cache import service_key
 from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.metrics_source import read_queue
+from kubeforge.runtime.prometheus_urls import refusal, url_refusal
 from kubeforge.runtime.state import Runtime
 from kubeforge.runtime.training import gather_bounded
-from kubeforge.serving import ServingContext, ServingPlan, plan_serving
+from kubeforge.serving import ScalingOutcome, ServingContext, ServingPlan, plan_serving
 
 log = logging.getLogger("kubeforge.inference")
 KIND = "InferenceService"
-PROMETHEUS_TIMEOUT = 2.0
 
 
 @dataclass
@@ -74,18 +69,10 @@ class ServiceMemory:
     slice_written: str | None = None
 
 
-_http: httpx.AsyncClient | None = None
-
-
-def _template(rec: InferenceServiceRecord) -> str:
-    """The queue's PromQL template: the user's query (Custom, or any given), else the metric's."""
-    a = rec.spec.autoscaling  # type: ignore[union-attr]
-    return a.query or DEFAULT_QUERIES.get(a.metric.value, DEFAULT_QUERIES["VLLMWaiting"])
-
-
 def query_for(rec: InferenceServiceRecord) -> str:
     """The PromQL to run: the user's query (Custom, or any given), else the metric's default."""
-    return render_query(_template(rec), rec.namespace, rec.name)
+    a = rec.spec.autoscaling  # type: ignore[union-attr]
+    return render_query(queue_template(a.metric.value, a.query), rec.namespace, rec.name)
 
 
 async def _write(rt: Runtime, rec: InferenceServiceRecord, patch: dict[str, Any]) -> None:
@@ -130,39 +117,15 @@ async def _being_deleted(rt: Runtime, key: Key) -> bool:
     return body is None or bool((body.get("metadata") or {}).get("deletionTimestamp"))
 
 
-async def _http_client() -> httpx.AsyncClient:
-    global _http
-    if _http is None:
-        _http = httpx.AsyncClient()
-    return _http
-
-
 async def _query(rt: Runtime, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
-    """What the autoscaler decides on, from an allowed URL: vLLM's signals (queue-depth mode with
-    the default metric, and SLO mode), or one number (SGLang's, Triton's or a custom query).
-    Returns the queue as a :class:`QueryResult` (for ``lastMetricValue`` and the condition's
-    error text) and the :class:`~kubeforge.autoscaling.Signals` when read."""
+    """What the autoscaler decides on (:func:`~kubeforge.runtime.metrics_source.read_queue`
+    through ``rt.metrics``), from an allowed URL only: a refused one is never sent a request,
+    and its refusal is the error the ScalingActive condition shows."""
     a = rec.spec.autoscaling  # type: ignore[union-attr]
-    refusal = url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers) or \
-        await resolved_refusal(a.prometheus_url, rt.api_servers)
-    if refusal:
-        return QueryResult(None, None, refusal), None
-    http = await _http_client()
-    if a.slo is None and (a.query or a.metric.value != "VLLMWaiting"):  # a named or custom queue: one number
-        q = await query_scalar(http, a.prometheus_url, query_for(rec), timeout=PROMETHEUS_TIMEOUT)
-        if reads_held(_template(rec)) or rec.status.get("readyReplicas"):
-            return q, None  # the activator holds requests only while no replica is ready
-        held = render_query(HELD_QUERY, rec.namespace, rec.name)
-        return with_held(q, await query_scalar(http, a.prometheus_url, held, timeout=PROMETHEUS_TIMEOUT)), None
-    # vLLM's own series: the queue (waiting + the activator's held), and the running requests that
-    # keep a service from counting as idle; every latency signal in SLO mode. One query.
-    slo = a.slo
-    sig = await read_signals(http, a.prometheus_url, rec.namespace, rec.name,
-                             percentile=slo.percentile if slo else 90.0,
-                             window_seconds=slo.window_seconds if slo else 60.0, timeout=PROMETHEUS_TIMEOUT)
-    queue = sig.value("queue")
-    error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
-    return QueryResult(queue, sig.time, error), sig
+    why = await refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers)
+    if why:
+        return QueryResult(None, None, why), None
+    return await read_queue(rt.metrics, rec)
 
 
 async def _ensure_children(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemory, multi: bool) -> bool:
@@ -215,7 +178,7 @@ async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: i
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     if url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers):
         return {}
-    by_pod = await running_by_pod(await _http_client(), a.prometheus_url, rec.namespace, rec.name, PROMETHEUS_TIMEOUT)
+    by_pod = await rt.metrics.running_by_pod(a.prometheus_url, rec.namespace, rec.name)
     if by_pod is None:
         return {}
     leaders = {p.name: p.group for p in pods if p.worker == 0 and p.group is not None}
@@ -280,12 +243,11 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         now=now, desired=d.desired, pods=pods, nodes={n: x for n in names if (x := cache.node(n)) is not None},
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
         template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
-        waiting=cache.handoffs.serving_wait_of(key),
+        waiting=cache.handoffs.serving_wait_of(key), scaling=ScalingOutcome(d, q, current, mem.capacity_note),
     )
-    plan = plan_serving(rec, ctx)
-    patch = _status_patch(rec, plan, d, q, mem, now, current)
-    scaled = [(NORMAL, SCALED, f"replicas {current} -> {d.desired}: {d.reason}")] if d.desired != current else []
-    cache.held_events.hold(books, scaled + _condition_events(rec, patch) + plan.events, now)
+    plan = plan_serving(rec, ctx)  # the whole status patch and every Event, the autoscaler's included
+    patch = plan.status or {}
+    cache.held_events.hold(books, plan.events, now)
     if _changed(rec.status, patch):
         try:
             await _write(rt, rec, patch)
@@ -303,54 +265,6 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         rt.wake_admission()
     left = max(0.5, interval - (now - (mem.decided_at or now)))
     return min(left, plan.requeue_after) if plan.requeue_after is not None else left
-
-
-def _condition_events(rec: InferenceServiceRecord, patch: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The Warning Events ``(type, reason, message)`` that go with ``patch``: one when the metric
-    cannot be read (``ScalingActive`` turns False) or the pool cannot place the replicas asked for
-    (``ScalingLimited`` turns True/InsufficientCapacity): once per transition, not per poll."""
-    new = {c["type"]: c for c in patch.get("conditions") or []}
-    out = []
-    for type_, bad in ((scaling.SCALING_ACTIVE, "False"), (scaling.SCALING_LIMITED, "True")):
-        c, old = new.get(type_), condition(rec.status, type_)
-        if c is None or c["status"] != bad:
-            continue
-        if type_ == scaling.SCALING_LIMITED and c["reason"] != scaling.INSUFFICIENT_CAPACITY:
-            continue
-        if old is None or (old.get("status"), old.get("reason")) != (bad, c["reason"]):
-            out.append((WARNING, c["reason"], c["message"]))
-    return out
-
-
-def _status_patch(rec: InferenceServiceRecord, plan: ServingPlan, d: Decision, q: QueryResult,
-                  mem: ServiceMemory, now: float, current: int) -> dict[str, Any]:
-    spec = rec.spec
-    assert spec is not None
-    patch: dict[str, Any] = dict(plan.status or {})
-    conds = patch.get("conditions", rec.status.get("conditions"))
-    gen = rec.generation
-    active_msg = d.inactive_reason or d.reason
-    if q.error:
-        active_msg = f"Prometheus query failed ({q.error}); {active_msg}"
-    if spec.autoscaling.ignored_target:
-        active_msg = f"{active_msg}; targetPerReplica is ignored: slo sizes the service"
-    limited = d.limited_reason or "desired replicas within bounds and capacity"
-    if d.limited_condition_reason == scaling.INSUFFICIENT_CAPACITY and mem.capacity_note:
-        limited = f"{limited}; the next replica: {mem.capacity_note}"
-    conds = set_condition(conds, scaling.SCALING_ACTIVE, d.scaling_active, d.active_condition_reason, active_msg, now, gen)
-    conds = set_condition(conds, scaling.SCALING_LIMITED, d.limited, d.limited_condition_reason, limited, now, gen)
-    if d.slo is not None:  # SLO mode: the measured percentiles against the targets
-        met = "Unknown" if d.slo.met is None else d.slo.met
-        conds = set_condition(conds, scaling.SLO_MET, met, d.slo.reason, d.slo.message, now, gen)
-    patch.update({"conditions": conds, "desiredReplicas": d.desired,
-                  "url": f"http://{rec.name}.{rec.namespace}.svc:{spec.port}"})
-    if d.desired != current:
-        patch["lastScaleTime"] = rfc3339(now)
-        patch["lastScaleDirection"] = "Up" if d.desired > current else "Down"
-    if q.value is not None:
-        patch["lastMetricValue"] = q.value
-        patch["lastMetricTime"] = rfc3339(q.time or now)
-    return patch
 
 
 async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ctx: ServingContext) -> None:

@@ -110,6 +110,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     settings.networking.request_timeout = 30
     await rt.client.start()
     rt.api_servers = rt.client.server_addresses()
+    await rt.metrics.start()
     await wait_for_discovery(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list. Pods,
     # claims and nodes come from the informers (started below, once the queues their handlers
@@ -142,4 +143,5 @@ async def _cleanup(memo: Any, **_: Any) -> None:
     for q in (rt.jobs, rt.services, rt.events):
         if q is not None:
             await q.stop()
+    await rt.metrics.close()
     await rt.client.close()

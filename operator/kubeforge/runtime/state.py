@@ -12,6 +12,7 @@ from kubeforge.objects import Key, Record
 from kubeforge.runtime.cache import Cache
 from kubeforge.runtime.client import ApiError, KubeClient
 from kubeforge.runtime.events import EventSink, ObjectRef
+from kubeforge.runtime.metrics_source import MetricsSource, PrometheusSource
 
 POD_EVENT_BATCH_SECONDS = 1.0
 """Seconds within which a change of a TrainingJob's pod brings its reconcile
@@ -28,7 +29,7 @@ class Options:
 
     Attributes:
         prometheus_allow: URL prefixes an InferenceService's ``prometheusURL`` may start with;
-            empty allows only in-cluster Service URLs (:mod:`kubeforge.autoscaling.urls`).
+            empty allows only in-cluster Service URLs (:mod:`kubeforge.runtime.prometheus_urls`).
         leader_election: Whether to take part in leader election (else: always leader).
         lease_namespace: Namespace of the leader Lease.
         lease_name: Name of the leader Lease.
@@ -66,7 +67,11 @@ class Runtime:
         services: The InferenceService work queue (set at startup).
         tasks: Background tasks to cancel at shutdown.
         api_servers: Where the API server answers (``host:port``), never queried as a
-            Prometheus (:mod:`kubeforge.autoscaling.urls`).
+            Prometheus (:mod:`kubeforge.runtime.prometheus_urls`).
+        metrics: Where the autoscaler's numbers come from
+            (:class:`~kubeforge.runtime.metrics_source.MetricsSource`): Prometheus through this
+            process's one HTTP client, opened at start-up and closed at cleanup with the API
+            client; tests put a :class:`~kubeforge.runtime.metrics_source.FakeMetrics` here.
     """
 
     cache: Cache = field(default_factory=Cache)
@@ -81,6 +86,7 @@ class Runtime:
     services: Any = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     api_servers: frozenset[str] = frozenset()
+    metrics: MetricsSource = field(default_factory=PrometheusSource)
 
     def wake_admission(self) -> None:
         self.admission_wake.set()

@@ -4,17 +4,20 @@ A replica is a group of pods (one per node when the model spans several), placed
 the admission round, restarted and scaled as one, the LeaderWorkerSet way:
 :func:`group_shape` says how many pods and what each holds in a pool, :func:`group_request`
 what placement is asked for, and :func:`plan_serving` decides a service's next actions (the
-one home of a group's life: failure, startup, drain, rollout, scale). No I/O; ``now`` is a
-parameter.
+one home of a group's life: failure, startup, drain, rollout, scale) and, given the autoscaler's
+:class:`ScalingOutcome`, the whole status patch and every Event of the reconcile
+(:func:`groups_status`, :func:`scaling_status`, :func:`scaling_events`). No I/O; ``now`` is a parameter.
 """
 
 from kubeforge.serving._plan import (
     DRAINING, GROUP_FAILED, GROUP_NOT_STARTED, GROUP_RESTARTED, ROLLING_OUT, AssumedGroup, ServingContext, ServingPlan,
-    group_status, plan_serving,
+    plan_serving,
 )
+from kubeforge.serving._status import ScalingOutcome, group_status, groups_status, scaling_events, scaling_status
 from kubeforge.admission import GroupShape, group_request, group_shape
 
 __all__ = [
     "DRAINING", "GROUP_FAILED", "GROUP_NOT_STARTED", "GROUP_RESTARTED", "ROLLING_OUT", "AssumedGroup", "GroupShape",
-    "ServingContext", "ServingPlan", "group_request", "group_shape", "group_status", "plan_serving",
+    "ScalingOutcome", "ServingContext", "ServingPlan", "group_request", "group_shape", "group_status", "groups_status",
+    "plan_serving", "scaling_events", "scaling_status",
 ]

@@ -43,19 +43,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import DrainReason, GroupPhase, InferenceServiceSpec, StartupPolicy
-from kubeforge.builders.common import rfc3339, set_condition
-from kubeforge.builders.serving import pod_name
 from kubeforge.lifecycle import SCHEDULE_TIMEOUT, own_constraint_cause, rejected_by_kubelet, waits_for_volume
 from kubeforge.objects import (
-    ADMITTED, DEFAULT_NOT_READY_GRACE, DRAINING, INVALID_SPEC, NO_FAILED_GROUPS, NO_READY_REPLICAS, NORMAL,
-    PLACEMENT_LOST, READY as READY_CONDITION, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED, REPLICA_GROUP_RESTARTED,
-    REPLICAS_READY, ROLLING_OUT, SCALED_TO_ZERO, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
-    GroupRecord, InferenceServiceRecord, Node, Pod, condition, groups_of, interruption_reason,
+    ADMITTED, DEFAULT_NOT_READY_GRACE, DRAINING, NORMAL, PLACEMENT_LOST, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED,
+    REPLICA_GROUP_RESTARTED, ROLLING_OUT, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
+    GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason,
 )
 from kubeforge.admission import AssumedGroup, GroupShape, scale_down_order
+from kubeforge.serving._status import ScalingOutcome, groups_status, scaling_events, scaling_status
 
 READY, STARTING, FAILED = GroupPhase.READY.value, GroupPhase.STARTING.value, GroupPhase.FAILED.value
-DRAINING_PHASE = GroupPhase.DRAINING.value
 SCALE_DOWN, ROLLOUT = DrainReason.SCALE_DOWN.value, DrainReason.ROLLOUT.value
 
 # The names this module first exported the group reasons under (kubeforge.serving's API).
@@ -85,6 +82,10 @@ class ServingContext:
         not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
         schedule_timeout: See :data:`kubeforge.lifecycle.SCHEDULE_TIMEOUT`.
         namespace_terminating: The namespace is being deleted: nothing is decided.
+        scaling: The autoscaler's outcome (its decision, the metric read, the count it started
+            from), or None: with it, the plan's status and Events carry the autoscaler's part too
+            (:func:`~kubeforge.serving.scaling_status`, :func:`~kubeforge.serving.scaling_events`);
+            ``desired`` is then its ``decision.desired``.
     """
 
     now: float
@@ -100,6 +101,7 @@ class ServingContext:
     not_ready_grace: float = DEFAULT_NOT_READY_GRACE
     schedule_timeout: float = SCHEDULE_TIMEOUT
     namespace_terminating: bool = False
+    scaling: ScalingOutcome | None = None
 
 
 @dataclass
@@ -109,12 +111,15 @@ class ServingPlan:
     then Events.
 
     Attributes:
-        status: Merge patch for ``.status`` (groups, counts, Ready and ReplicaGroupFailed), or
-            None when nothing changes.
+        status: Merge patch for ``.status`` (groups, counts, Ready and ReplicaGroupFailed; with
+            ``ServingContext.scaling``, the autoscaling conditions, ``desiredReplicas``,
+            ``lastScaleTime``, ``lastMetricValue`` and ``url`` as well), or None when nothing
+            is decided. ``observedGeneration`` is the writer's.
         create: ``(group, worker)`` pods to create.
         delete: Pod names to delete.
         endpoints: ``(leader pod, IP, node)`` the Service routes to.
-        events: ``(type, reason, message)``.
+        events: ``(type, reason, message)``, the autoscaler's first (``Scaled``, and the
+            Warnings of ScalingActive / ScalingLimited transitions) when ``ctx.scaling`` is given.
         written_assumed: Indices of admitted groups this plan writes (or drops): forget them.
         release: GPUs go back to the pool (admission should run).
         requeue_after: Seconds until the next look is needed, or None.
@@ -132,24 +137,6 @@ class ServingPlan:
     def requeue(self, seconds: float) -> None:
         seconds = max(0.5, seconds)
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
-
-
-def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
-    """``status.groups[]`` entry of a group. A group out of the Service (draining) shows phase
-    ``Draining``, so the phases agree with ``readyReplicas``, which leaves it out."""
-    phase = DRAINING_PHASE if g.draining_since is not None else g.phase
-    out: dict[str, Any] = {"index": g.index, "attempt": g.attempt, "phase": phase, "nodes": list(g.nodes),
-                           "gpusPerPod": g.gpus_per_pod, "restarts": g.restarts,
-                           "startupFailures": g.startup_failures}
-    for key, value in (("pool", g.pool or None), ("level", g.level), ("domain", g.domain),
-                       ("templateHash", g.template_hash), ("drainFor", g.drain_for), ("message", g.message),
-                       ("leader", leader if g.nodes else None)):
-        if value:
-            out[key] = value[:4096] if key == "message" else value
-    for key, ts in (("admittedAt", g.admitted_at), ("readySince", g.ready_since), ("drainingSince", g.draining_since)):
-        if ts is not None:
-            out[key] = rfc3339(ts)
-    return out
 
 
 class _Step:
@@ -430,8 +417,10 @@ def plan_serving(svc: InferenceServiceRecord, ctx: ServingContext) -> ServingPla
         ctx: Its pods, their nodes, the desired count, admission's groups, the clock.
 
     Returns:
-        A :class:`ServingPlan`. Its ``status`` never carries ``desiredReplicas``,
-        ``observedGeneration`` or the autoscaling conditions: the runtime adds them.
+        A :class:`ServingPlan`. Its ``status`` carries ``desiredReplicas``, the autoscaling
+        conditions and the other fields of the autoscaler, and its Events the autoscaler's, when
+        ``ctx.scaling`` is given (:func:`~kubeforge.serving.scaling_status`,
+        :func:`~kubeforge.serving.scaling_events`); never ``observedGeneration``.
     """
     st = _Step(svc, ctx)
     plan = st.plan
@@ -462,39 +451,9 @@ def plan_serving(svc: InferenceServiceRecord, ctx: ServingContext) -> ServingPla
         if (g.phase == READY and g.draining_since is None and lead is not None and lead.attempt == g.attempt
                 and lead.ready and lead.ip and not lead.deleting):
             plan.endpoints.append((lead.name, lead.ip, lead.node))
-    plan.status = _status(st, groups)
+    plan.status, events = groups_status(svc, ctx, groups)
+    plan.events += events
+    if ctx.scaling is not None:
+        plan.status = scaling_status(svc, ctx.scaling, plan.status, ctx.now)
+        plan.events = scaling_events(svc, ctx.scaling, plan.status) + plan.events
     return plan
-
-
-def _status(st: _Step, groups: Mapping[int, GroupRecord]) -> dict[str, Any]:
-    ctx, spec, svc = st.ctx, st.spec, st.svc
-    rows = [group_status(g, pod_name(svc.name, g.index, 0, g.attempt)) for g in sorted(groups.values(), key=lambda g: g.index)]
-    ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None)
-    holding = sum(1 for g in groups.values() if g.holds)
-    failed = [g for g in groups.values() if g.phase == FAILED]
-    conds = svc.status.get("conditions")
-    gen = svc.generation
-    if ctx.shape_error:
-        before = condition(svc.status, READY_CONDITION) or {}
-        if (before.get("reason"), before.get("message")) != (INVALID_SPEC, ctx.shape_error):
-            st.event(WARNING, INVALID_SPEC, ctx.shape_error)  # once, as a TrainingJob's InvalidSpec
-        conds = set_condition(conds, READY_CONDITION, False, INVALID_SPEC, ctx.shape_error, ctx.now, gen)
-    elif ready:
-        conds = set_condition(conds, READY_CONDITION, True, REPLICAS_READY, f"{ready} of {ctx.desired} replicas ready", ctx.now, gen)
-    elif ctx.desired == 0 and spec.min_replicas == 0:
-        conds = set_condition(conds, READY_CONDITION, True, SCALED_TO_ZERO, "no replicas: scaled to zero while idle", ctx.now, gen)
-    else:
-        first = next((g.message for g in sorted(groups.values(), key=lambda g: g.index) if g.message), None)
-        why = first or (f"waiting for GPUs: {ctx.waiting[1]}" if ctx.waiting else "waiting for a replica to start")
-        conds = set_condition(conds, READY_CONDITION, False, NO_READY_REPLICAS, f"0 of {ctx.desired} replicas ready: {why}",
-                              ctx.now, gen)
-    if failed:
-        conds = set_condition(conds, GROUP_FAILED, True, GROUP_FAILED,
-                              "; ".join(g.message or f"group {g.index} failed" for g in failed), ctx.now, gen)
-    else:
-        conds = set_condition(conds, GROUP_FAILED, False, NO_FAILED_GROUPS, "every group is within its restarts",
-                              ctx.now, gen)
-    out: dict[str, Any] = {"groups": rows, "replicas": holding, "readyReplicas": ready, "conditions": conds}
-    if ctx.shape is not None:
-        out["nodesPerReplica"] = ctx.shape.pods
-    return out

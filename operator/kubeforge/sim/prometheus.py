@@ -202,7 +202,7 @@ class Prometheus:
 
     def query(self, promql: str) -> float | None:
         """One instant query's single value (None on any failure): a helper for tests."""
-        from kubeforge.autoscaling.prometheus import query_scalar_sync
+        from kubeforge.runtime.prometheus_http import query_scalar_sync
 
         with httpx.Client() as c:
             return query_scalar_sync(c, self.url, promql).value

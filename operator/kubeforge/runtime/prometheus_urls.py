@@ -11,7 +11,10 @@ address the operator itself reaches it at, or by a name that resolves to one of 
 refused: they are how one host name hides behind another.
 
 :func:`url_refusal` is pure; :func:`resolved_refusal` resolves a host (bounded) and is the only
-I/O here.
+I/O here; :func:`refusal` is both, in that order. The InferenceService reconcile
+(:mod:`kubeforge.runtime.inference`) applies them before it asks its
+:class:`~kubeforge.runtime.metrics_source.MetricsSource` anything: a refused URL is never sent a
+request.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import socket
 from typing import Collection
 from urllib.parse import urlsplit
 
-__all__ = ["API_SERVER_NAMES", "SERVICE_HOST", "url_refusal", "resolved_refusal"]
+__all__ = ["API_SERVER_NAMES", "SERVICE_HOST", "refusal", "resolved_refusal", "url_allowed", "url_refusal"]
 
 API_SERVER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
 """The API server's in-cluster names (``kubernetes.default.svc.<cluster domain>`` too)."""
@@ -44,6 +47,19 @@ def _allowed_by(url: str, prefix: str) -> bool:
         rest = url[len(prefix):] if url.startswith(prefix) else ""
         return bool(re.match(r"^[0-9]+(/|$)", rest))
     return url == prefix or url.startswith(prefix.rstrip("/") + "/")
+
+
+def url_allowed(url: str, allow: tuple[str, ...]) -> bool:
+    """Whether ``url`` starts with one of the ``allow`` prefixes (an empty list allows any).
+
+    A prefix ``http://prometheus.monitoring:9090`` allows that host and port and any path
+    under it; compare on the whole prefix, so ``http://prom`` does not allow
+    ``http://prometheus-evil``... unless written so. (:func:`url_refusal` is the operator's
+    rule; this is the bare prefix test, without its ``host:`` form.)
+    """
+    if not allow:
+        return True
+    return any(url == p or url.startswith(p.rstrip("/") + "/") for p in allow)
 
 
 def url_refusal(url: str, allow: tuple[str, ...], api_servers: Collection[str] = ()) -> str | None:
@@ -112,3 +128,16 @@ async def resolved_refusal(url: str, api_servers: Collection[str], timeout: floa
     if {f"{a}:{port}" for a in addresses} & set(api_servers):
         return "prometheusURL resolves to the Kubernetes API server, which the operator never queries"
     return None
+
+
+async def refusal(url: str, allow: tuple[str, ...], api_servers: Collection[str], timeout: float = 1.0) -> str | None:
+    """Why the operator will not query ``url``: :func:`url_refusal`, else (the host resolved)
+    :func:`resolved_refusal`; None when it may.
+
+    Args:
+        url: The InferenceService's ``prometheusURL``.
+        allow: The operator's ``--prometheus-url-allow`` prefixes.
+        api_servers: ``host:port`` the API server answers at.
+        timeout: Seconds for resolving the host.
+    """
+    return url_refusal(url, allow, api_servers) or await resolved_refusal(url, api_servers, timeout)
