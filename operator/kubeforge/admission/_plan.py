@@ -24,6 +24,7 @@ from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.admission._request import gang_request
 from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.training import pvc_name
+from kubeforge.lifecycle import run_seconds
 from kubeforge.objects import (
     ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
     TERMINAL_JOB_PHASES, Key, condition, condition_time, status_time,
@@ -114,13 +115,16 @@ class AdmissionMemo:
 
 def awaiting_admission(job: JobView, now: float) -> bool:
     """Whether a TrainingJob is waiting for GPUs now: a valid spec, not suspended, being
-    deleted or finished, holding no placement, past its backoff (``restartNotBefore``), and
-    not blocked until its spec changes."""
+    deleted or finished, holding no placement, within its time limit (``maxRunSeconds``), past
+    its backoff (``restartNotBefore``), and not blocked until its spec changes."""
     rec = job.record
     if rec.deleting or rec.spec is None or rec.spec.suspend:
         return False
     if job.phase in TERMINAL_JOB_PHASES or job.placement is not None:
         return False
+    limit = rec.spec.max_run_seconds
+    if limit is not None and run_seconds(job.status, now) >= limit:
+        return False  # out of time: its reconcile fails it (MaxRunSecondsExceeded)
     not_before = status_time(job.status, "restartNotBefore")
     if not_before is not None and not_before > now:
         return False

@@ -196,6 +196,14 @@ class TrainingJobStatus(KubeModel):
         "brought up to date every 10 minutes while it runs and when a run ends (add "
         "(now - runningSince) x GPUs for the figure of this moment)."
     )
+    run_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="runSeconds is how long the job's earlier attempts held their placements, in "
+        "seconds, each from status.placement.admittedAt until its gang was stopped (time waiting "
+        "for admission does not count); the attempt holding a placement now adds now - "
+        "placement.admittedAt. spec.maxRunSeconds limits the sum.",
+    )
     cost: Optional[float] = Field(
         default=None,
         ge=0,

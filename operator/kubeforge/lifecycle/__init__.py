@@ -1,7 +1,7 @@
 """kubeforge.lifecycle: the TrainingJob state machine, pure.
 
 ``plan_training(job, ctx)`` composes one policy per concern (suspend, admission, spec change,
-refused creates, disruption, failure, success, startup, progress) into a
+refused creates, disruption, failure, success, time limit, startup, progress) into a
 :class:`TrainingPlan`; nothing here does I/O, and ``now`` comes in with the context.
 """
 
@@ -15,6 +15,7 @@ from kubeforge.lifecycle._plan import (
 )
 from kubeforge.lifecycle._startup import own_constraint_cause, waits_for_volume
 from kubeforge.lifecycle._stop import back_to_admission, fail_job
+from kubeforge.lifecycle._time_limit import account_run_time, run_seconds, time_limit_policy
 from kubeforge.lifecycle._training import plan_training
 from kubeforge.lifecycle._volume import OUR_GATES, claim_wait
 from kubeforge.objects import (  # the ComputeDomainReady and volume reasons, where they were first exported
@@ -29,5 +30,5 @@ __all__ = [
     "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "RestartCause", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "back_to_admission",
     "backoff", "checkpoint_from", "disruption_reasons", "fail_job", "own_constraint_cause", "plan_training",
-    "rejected_by_kubelet", "waits_for_volume",
+    "rejected_by_kubelet", "waits_for_volume", "account_run_time", "run_seconds", "time_limit_policy",
 ]

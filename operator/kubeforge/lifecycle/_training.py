@@ -8,7 +8,10 @@ reconcile interrupted half-way is simply redone.
 The policies, in the order they are asked (the first that acts ends the decision, as JobSet
 orders its policies): a namespace being deleted, finished jobs, suspend, admission (write the placement, or why the job
 waits), spec change, refused creates, disruption (preemption), failure, success, startup
-(lost placement, startup timeout), then progress (create what is missing, Running/Ready).
+(lost placement, startup timeout), then progress (create what is missing, Running/Ready). The time
+limit (``spec.maxRunSeconds``) is asked before admission for a job that holds no placement and
+after success for one that does; whichever policy ends a placement, its run is then counted in
+``status.runSeconds``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._progress import progress_policy
 from kubeforge.lifecycle._startup import create_error_policy, spec_change_policy, startup_policy
 from kubeforge.lifecycle._suspend import suspend_policy
+from kubeforge.lifecycle._time_limit import account_run_time, time_limit_policy
 from kubeforge.objects import (
     ADMITTED, INVALID_SPEC, NAMESPACE_TERMINATING, PENDING, TERMINAL_JOB_PHASES, WARNING, TrainingJobRecord, condition,
 )
@@ -74,14 +78,20 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
     """
     plan = TrainingPlan()
     d = StatusDraft(job, ctx.now)
+    _decide(job, ctx, d, plan)
+    account_run_time(d)  # whichever policy ended the placement, its run counts toward maxRunSeconds
+    plan.status = d.result()
+    return plan
+
+
+def _decide(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan: TrainingPlan) -> None:
+    """The policies in order (module docstring); each writes into ``d`` and ``plan``."""
     if job.spec is None:
         _invalid(job, ctx, d, plan)
-        plan.status = d.result()
-        return plan
+        return
     if ctx.namespace_terminating:
         _namespace_terminating(d, ctx, plan)
-        plan.status = d.result()
-        return plan
+        return
     report_checkpoint(d, ctx, plan)
     if d.phase in TERMINAL_JOB_PHASES:
         if d.get("placement"):
@@ -91,24 +101,21 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
         # A finished job holds nothing, even a pod whose creation the watch showed only after
         # the job ended (created in the same pass that found the gang could not start).
         plan.delete_pods = sorted(p.name for p in ctx.pods if not p.deleting and not p.terminal)
-        plan.status = d.result()
-        return plan
+        return
     attempt = d.attempt
     stale = sorted(p.name for p in ctx.pods if p.attempt != attempt and not p.deleting and not p.terminal)
     if suspend_policy(d, ctx, plan):
-        plan.status = d.result()
-        return plan
+        return
     current = [p for p in ctx.pods if p.attempt == attempt]
     done = False
     if d.placement is None:
-        done = admission_policy(d, ctx, plan)
+        done = time_limit_policy(d, ctx, plan) or admission_policy(d, ctx, plan)
     if not done:
         done = (spec_change_policy(d, ctx, plan) or create_error_policy(d, ctx, plan)
                 or disruption_policy(d, ctx, plan, current) or failure_policy(d, ctx, plan, current)
-                or success_policy(d, ctx, plan, current) or startup_policy(d, ctx, plan, current))
+                or success_policy(d, ctx, plan, current) or time_limit_policy(d, ctx, plan)
+                or startup_policy(d, ctx, plan, current))
     if not done:
         progress_policy(d, ctx, plan, current)
     compute_domain_policy(d, ctx, plan)
     plan.delete_pods = sorted(set(plan.delete_pods) | set(stale))
-    plan.status = d.result()
-    return plan

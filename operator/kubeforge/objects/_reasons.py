@@ -42,7 +42,7 @@ finished, and the Normal Event then."""
 FAILED: Final = TrainingJobPhase.FAILED.value
 """Phase: the job failed for good. Also the condition type ``Failed`` (True; its reason says
 which limit: :data:`BACKOFF_LIMIT_EXCEEDED`, :data:`PREEMPTION_LIMIT_EXCEEDED`,
-:data:`STARTUP_RETRY_LIMIT_EXCEEDED`), the reason of ``Running=False`` / ``Ready=False`` then,
+:data:`STARTUP_RETRY_LIMIT_EXCEEDED`, :data:`MAX_RUN_SECONDS_EXCEEDED`), the reason of ``Running=False`` / ``Ready=False`` then,
 and the Warning Event then."""
 SUSPENDED: Final = TrainingJobPhase.SUSPENDED.value
 """Phase: ``spec.suspend`` is true; no pods, no GPUs. Also the condition type ``Suspended``
@@ -182,6 +182,10 @@ PREEMPTION_LIMIT_EXCEEDED: Final = "PreemptionLimitExceeded"
 """``Failed=True``: preempted more than ``failurePolicy.maxPreemptions`` times."""
 STARTUP_RETRY_LIMIT_EXCEEDED: Final = "StartupRetryLimitExceeded"
 """``Failed=True``: failed to start with ``failurePolicy.maxStartupRetries`` used up."""
+MAX_RUN_SECONDS_EXCEEDED: Final = "MaxRunSecondsExceeded"
+"""``Failed=True`` and a Warning Event: the job's attempts held their placements for
+``spec.maxRunSeconds`` in all (``status.runSeconds`` plus the current attempt; Slurm's time limit,
+Kueue's ``maximumExecutionTimeSeconds``); its gang is stopped and its GPUs released."""
 ALL_WORKERS_SUCCEEDED: Final = "AllWorkersSucceeded"
 """``Succeeded=True``: every worker exited 0."""
 
