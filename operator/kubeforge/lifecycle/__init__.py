@@ -10,8 +10,8 @@ from kubeforge.lifecycle._disruption import disruption_reasons
 from kubeforge.lifecycle._domain import compute_domain_policy
 from kubeforge.lifecycle._outcome import KUBELET_REJECTIONS, rejected_by_kubelet
 from kubeforge.lifecycle._plan import (
-    GPU_HOURS_FOLD_SECONDS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, RestartCause, StatusDraft,
-    TrainingContext, TrainingPlan,
+    GPU_HOURS_FOLD_SECONDS, PROGRESS_WRITE_SECONDS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError,
+    RestartCause, StatusDraft, TrainingContext, TrainingPlan,
 )
 from kubeforge.lifecycle._startup import own_constraint_cause, waits_for_volume
 from kubeforge.lifecycle._stop import back_to_admission, fail_job
@@ -27,7 +27,7 @@ __all__ = [
     "COMPUTE_DOMAIN_PENDING", "COMPUTE_DOMAIN_READY", "GANG_NOT_PLACED", "IMEX_DAEMONS_NOT_READY",
     "IMEX_DAEMONS_READY", "compute_domain_policy",
     "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "OUR_GATES", "SCHEDULE_TIMEOUT", "VOLUME_NOT_BOUND",
-    "WAIT_MESSAGE_REFRESH_SECONDS",
+    "PROGRESS_WRITE_SECONDS", "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "RestartCause", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "back_to_admission",
     "backoff", "checkpoint_from", "disruption_reasons", "fail_job", "own_constraint_cause", "plan_training",
     "rejected_by_kubelet", "waits_for_volume", "account_run_time", "run_seconds", "time_limit_policy",

@@ -13,6 +13,7 @@ from kubeforge.objects import (
     TrainingJobRecord, condition, current_attempt, placement_of, status_time,
 )
 from kubeforge.placement import GangRequest, NodeInfo
+from kubeforge.progress import Report
 
 SCHEDULE_TIMEOUT = 30.0
 """Seconds a created worker may stay Unschedulable (for a reason other than its volumes)
@@ -22,6 +23,11 @@ GPU_HOURS_FOLD_SECONDS = 600.0
 """``status.gpuHours`` of a running job is brought up to date at most this often (the live
 figure is ``gpuHours + (now - runningSince) x GPUs``). Every write counts at scale: once a
 minute, 5,000 running jobs cost the API server ~80 status writes a second for nothing else."""
+
+PROGRESS_WRITE_SECONDS = 30.0
+"""``status.progress`` is rewritten from the workers' reports at most this often per job
+(:mod:`kubeforge.lifecycle._reports`; ``kubeforge run --progress-write-seconds``): 1,000 jobs
+reporting every 10 s cost the API server ~33 status writes a second, not 100."""
 
 WAIT_MESSAGE_REFRESH_SECONDS = 60.0
 """A waiting job's message (how many GPUs short) is rewritten at most this often while its
@@ -100,6 +106,10 @@ class TrainingContext:
         domain_cliques: The NVLink cliques of the placement when the gang needs a ComputeDomain
             (several nodes of cliques in a DRA pool), else None.
         compute_domains: The ComputeDomains kubeforge made for this job.
+        report: What the workers reported since (and maybe before) the progress written, merged
+            (:func:`kubeforge.progress.merge_reports`), or None.
+        report_write_seconds: The least seconds between two writes of ``status.progress``
+            (:data:`PROGRESS_WRITE_SECONDS`).
     """
 
     now: float
@@ -121,6 +131,8 @@ class TrainingContext:
     namespace_terminating: bool = False
     domain_cliques: tuple[str, ...] | None = None
     compute_domains: Sequence[ComputeDomainView] = ()
+    report: Report | None = None
+    report_write_seconds: float = PROGRESS_WRITE_SECONDS
 
 
 @dataclass

@@ -24,6 +24,7 @@ from kubeforge.lifecycle._domain import compute_domain_policy
 from kubeforge.lifecycle._outcome import failure_policy, success_policy
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._progress import progress_policy
+from kubeforge.lifecycle._reports import report_policy
 from kubeforge.lifecycle._startup import create_error_policy, spec_change_policy, startup_policy
 from kubeforge.lifecycle._suspend import suspend_policy
 from kubeforge.lifecycle._time_limit import account_run_time, time_limit_policy
@@ -93,6 +94,7 @@ def _decide(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan: 
         _namespace_terminating(d, ctx, plan)
         return
     report_checkpoint(d, ctx, plan)
+    report_policy(d, ctx, plan)
     if d.phase in TERMINAL_JOB_PHASES:
         if d.get("placement"):
             d.set(placement=None)
