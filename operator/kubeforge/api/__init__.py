@@ -98,6 +98,7 @@ from ._trainingjob import (
 )
 from ._trainingjob_status import (
     MAX_REPORTED_METRICS,
+    STATUS_TOKEN_AUDIENCE,
     LastCheckpoint,
     Placement,
     Progress,
@@ -158,6 +159,7 @@ __all__ = [
     "FailurePolicy",
     "LastCheckpoint",
     "MAX_REPORTED_METRICS",
+    "STATUS_TOKEN_AUDIENCE",
     "Progress",
     "ReportedMetric",
     "Placement",

@@ -104,6 +104,12 @@ MAX_REPORTED_METRICS = 16
 """The most metrics one progress report carries (Kubeflow Trainer's trainerStatus.metrics is a
 short list of the latest values, not a history)."""
 
+STATUS_TOKEN_AUDIENCE = "kubeforge.io"
+"""The audience of the projected ServiceAccount token every worker pod gets to report its
+progress (docs/workload-reporting.md): the status endpoint accepts only tokens issued for it
+(TokenReview with this audience), and the API server accepts none of them (its own audience
+differs), so the token can do nothing else. Kubeflow Trainer uses ``trainer.kubeflow.org``."""
+
 
 class ReportedMetric(KubeModel):
     """ReportedMetric is one training metric's latest value, as a worker reported it

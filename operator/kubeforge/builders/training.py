@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from kubeforge.accelerators import nvidia
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.builders.common import owner_reference
+from kubeforge.builders.reporting import ReportingConfig, add_reporting
 from kubeforge.objects import (
     ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
     ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container, set_main_gpus,
@@ -255,6 +256,7 @@ def build_worker_pod(
     gpu_claim_template: str | None = None,
     channel_claim_template: str | None = None,
     scheduling_gates: Sequence[str] = (),
+    reporting: ReportingConfig | None = None,
 ) -> dict[str, Any]:
     """One worker pod of a gang, already placed.
 
@@ -272,6 +274,9 @@ def build_worker_pod(
         channel_claim_template: The IMEX channel template of the gang's ComputeDomain, if any.
         scheduling_gates: kubeforge's gates to create the pod behind (e.g. the volume gate
             while the gang's claim binds), appended to the template's own.
+        reporting: Where the workers report their progress (:mod:`kubeforge.builders.reporting`:
+            the token and CA volume, ``KUBEFORGE_STATUS_*`` and ``KUBEFLOW_TRAINER_STATUS_*``);
+            None: reporting is off.
 
     Returns:
         A Pod manifest. ``restartPolicy`` is ``Never``: the operator restarts whole gangs.
@@ -322,6 +327,7 @@ def build_worker_pod(
     pod_spec["volumes"] = volumes + [
         {"name": "checkpoint", "persistentVolumeClaim": {"claimName": checkpoint_claim(job)}}
     ]
+    add_reporting(pod_spec, job, reporting)
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_hostname(name, rank)
     pod_spec["subdomain"] = WORKERS_SERVICE
