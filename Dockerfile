@@ -48,7 +48,8 @@ RUN groupadd --system --gid 65532 kubeforge \
         --shell /usr/sbin/nologin kubeforge
 COPY --from=build /opt/kubeforge /opt/kubeforge
 USER 65532:65532
-# 8080: Prometheus /metrics (--metrics-port); 8081: liveness GET /healthz (--health-address).
-EXPOSE 8080 8081
+# 8080: Prometheus /metrics (--metrics-port); 8081: liveness GET /healthz (--health-address);
+# 8443: the workers' HTTPS status endpoint (--status-address).
+EXPOSE 8080 8081 8443
 ENTRYPOINT ["kubeforge"]
 CMD ["run"]

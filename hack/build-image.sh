@@ -9,8 +9,8 @@
 #     and netbase from Debian; no apt, no docs (copyright files kept), no man pages, no locales;
 #   - a venv at /opt/kubeforge with the dependencies (wheels from PyPI) and the kubeforge wheel
 #     (`pip wheel` of this repository); no pip in it, no pip or apt caches;
-#   - user 65532:65532 (kubeforge), ENTRYPOINT ["kubeforge"], CMD ["run"], EXPOSE 8080 (metrics)
-#     and 8081 (health), PATH with /opt/kubeforge/bin first, PYTHONUNBUFFERED=1, the OCI labels.
+#   - user 65532:65532 (kubeforge), ENTRYPOINT ["kubeforge"], CMD ["run"], EXPOSE 8080 (metrics),
+#     8081 (health) and 8443 (the workers' status endpoint), PATH with /opt/kubeforge/bin first, PYTHONUNBUFFERED=1, the OCI labels.
 #
 # Two layers, each cached by a hash of its inputs under $KUBEFORGE_IMAGE_CACHE
 # (default ~/.cache/kubeforge/image):
@@ -41,7 +41,7 @@ IMAGE_GID=65532
 IMAGE_USER_NAME=kubeforge
 ENTRYPOINT=kubeforge
 CMD=run
-PORTS=(8080/tcp 8081/tcp)   # 8080: Prometheus /metrics (--metrics-port); 8081: GET /healthz (--health-address)
+PORTS=(8080/tcp 8081/tcp 8443/tcp)   # 8080: Prometheus /metrics (--metrics-port); 8081: GET /healthz (--health-address); 8443: the workers' status endpoint (--status-address)
 IMAGE_ENV=(
   "PATH=$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
   "PYTHONUNBUFFERED=1"

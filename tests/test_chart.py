@@ -83,7 +83,10 @@ def test_renders_expected_objects(docs):
                             "Role", "RoleBinding", "PodDisruptionBudget"]
                            # the activator (activator.enabled, the default)
                            + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
-                              "PodDisruptionBudget"])
+                              "PodDisruptionBudget"]
+                           # the workers' status endpoint (status.enabled, the default): its Service
+                           # and the Role on its TLS Secret
+                           + ["Service", "Role", "RoleBinding"])
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -231,11 +234,13 @@ def test_ports_agree_with_cli_defaults_and_dockerfile(docs, helm):
     assert values["metrics"]["port"] == metrics_port
 
     expose = re.search(r"^EXPOSE\s+(.+)$", (ROOT / "Dockerfile").read_text(), re.M)
-    assert expose and {int(p) for p in expose.group(1).split()} == {health_port, metrics_port}
+    status_port = int(str(opts["status_address"].default).rsplit(":", 1)[1])
+    assert values["status"]["port"] == status_port
+    assert expose and {int(p) for p in expose.group(1).split()} == {health_port, metrics_port, status_port}
 
     (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": metrics_port, "health": health_port}
+    assert ports == {"metrics": metrics_port, "health": health_port, "status": status_port}
     for probe in ("livenessProbe", "readinessProbe"):
         get = c[probe]["httpGet"]
         assert get["path"] == "/healthz"
@@ -263,8 +268,12 @@ def test_args_built_from_values(helm):
     assert params == {"namespaces": ("ml", "serving"), "health_address": "0.0.0.0:9091", "metrics_port": 9090,
                       "metrics_address": "0.0.0.0", "verbose": True, "leader_election": True,
                       "lease_namespace": "default", "lease_name": f"{RELEASE}-kubeforge", "prometheus_allow": (),
-                      "activator_service": ("kubeforge-system", f"{RELEASE}-kubeforge-activator")}
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
+                      "activator_service": ("kubeforge-system", f"{RELEASE}-kubeforge-activator"),
+                      "status_address": "0.0.0.0:8443",
+                      "status_url": f"https://{RELEASE}-kubeforge-status.kubeforge-system.svc:8443",
+                      "status_tls_secret": ("kubeforge-system", f"{RELEASE}-kubeforge-status-tls"),
+                      "worker_reporting": True, "progress_write_seconds": 30.0}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "status": 8443}
 
 
 def test_scheduling_values(helm):
@@ -457,3 +466,37 @@ def test_activator_values(helm):
     assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"role": "system"}
     assert c["resources"]["limits"]["memory"] == "1Gi"
     assert {p["name"]: p["port"] for p in one(docs, "Service", "activator")["spec"]["ports"]}["http"] == 8080
+
+
+def test_status_endpoint_service_rbac_and_args(helm, docs):
+    svc = one(docs, "Service", "status")
+    assert svc["metadata"]["name"] == f"{RELEASE}-kubeforge-status"
+    assert svc["spec"]["ports"] == [{"name": "status", "port": 8443, "targetPort": "status", "protocol": "TCP"}]
+    labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()  # every replica serves; the leader writes
+    rules = one(docs, "ClusterRole")["rules"]
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
+
+    assert verbs("authentication.k8s.io", "tokenreviews") == {"create"}
+    assert verbs("", "configmaps") == {"get", "create", "patch"}  # kubeforge-status-ca per namespace
+    role = one(docs, "Role", "status")
+    assert role["metadata"]["namespace"] == "kubeforge-system"
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{RELEASE}-kubeforge-status-tls"],
+                      "verbs": ["get", "update"]}]
+    assert [r["verbs"] for r in role["rules"] if not r.get("resourceNames")] == [["create"]]
+    assert one(docs, "RoleBinding", "status")["roleRef"]["name"] == role["metadata"]["name"]
+
+    off = render(helm, "--set", "status.enabled=false")
+    assert not [d for d in off if d["metadata"]["labels"].get("app.kubernetes.io/component") == "status"]
+    (c,) = one(off, "Deployment")["spec"]["template"]["spec"]["containers"]
+    from kubeforge.cli import run
+
+    params = run.make_context("run", list(c["args"][1:])).params
+    assert params["status_address"] == "" and "status" not in {p["name"] for p in c["ports"]}
+    quiet = render(helm, "--set", "status.workerReporting=false", "--set", "status.progressWriteSeconds=120")
+    (c,) = one(quiet, "Deployment")["spec"]["template"]["spec"]["containers"]
+    params = run.make_context("run", list(c["args"][1:])).params
+    assert params["worker_reporting"] is False and params["progress_write_seconds"] == 120.0

@@ -51,10 +51,26 @@ def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="The activator's Service (the chart's <release>-activator). InferenceServices with no "
                    "ready replica get its ready addresses in their EndpointSlice, so requests are held, "
                    "not refused. Default: none (requests at zero replicas are refused).")
+@click.option("--status-address", default="0.0.0.0:8443", show_default=True,
+              help="host:port of the workers' HTTPS status endpoint (progress and checkpoint reports, "
+                   "docs/workload-reporting.md); empty: not served.")
+@click.option("--status-url", default="", metavar="URL",
+              help="The endpoint's base URL as worker pods reach it, e.g. https://kubeforge-status.kubeforge.svc:8443 "
+                   "(the chart's Service); its host is in the serving certificate. Empty: workers get no "
+                   "reporting environment.")
+@click.option("--status-tls-secret", default=None, metavar="NAMESPACE/NAME", callback=_service_ref,
+              help="A Secret for the endpoint's CA and certificate, made by the first replica and shared by all "
+                   "(docs/workload-reporting.md). Default: a certificate in memory (one process).")
+@click.option("--worker-reporting/--no-worker-reporting", default=True, show_default=True,
+              help="Give worker pods the projected token, the CA and KUBEFORGE_STATUS_* / KUBEFLOW_TRAINER_STATUS_*.")
+@click.option("--progress-write-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="The least seconds between two writes of a job's status.progress from its workers' reports.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
-        activator_service: tuple[str, str] | None, verbose: bool) -> None:
+        activator_service: tuple[str, str] | None, status_address: str, status_url: str,
+        status_tls_secret: tuple[str, str] | None, worker_reporting: bool, progress_write_seconds: float,
+        verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -77,7 +93,10 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
         logging.getLogger("kubeforge").info("activator Service: %s/%s", *activator_service)
     rt = Runtime(options=Options(prometheus_allow=tuple(prometheus_allow), leader_election=leader_election,
                                  lease_namespace=lease_namespace, lease_name=lease_name,
-                                 activator_service=activator_service, namespaces=tuple(namespaces)))
+                                 activator_service=activator_service, namespaces=tuple(namespaces),
+                                 status_address=status_address, status_url=status_url.rstrip("/"),
+                                 status_tls_secret=status_tls_secret, worker_reporting=worker_reporting,
+                                 progress_write_seconds=progress_write_seconds))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,

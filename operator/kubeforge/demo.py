@@ -54,6 +54,11 @@ LOCAL_PROMETHEUS = "http://127.0.0.1:"
 runs Prometheus (in a cluster, only in-cluster Service URLs are queried by default)."""
 
 
+LOCAL_PROGRESS_WRITE_SECONDS = 2.0
+"""``--progress-write-seconds`` of an operator on the local cluster (tests and the demo watch
+progress move within seconds; ``args`` may pass another)."""
+
+
 def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
                    name: str = "operator") -> int:
     """Start ``kubeforge run`` in the background against cluster ``c``; returns its pid.
@@ -63,15 +68,18 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
     ``<name>.pid``, ``<name>.log``). ``args`` are extra ``kubeforge run`` flags.
     """
     stop_operator(c, name)
-    health, metrics_port = free_port(), free_port()
-    (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port}))
+    health, metrics_port, status = free_port(), free_port(), free_port()
+    (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port, "status": status}))
     env = {**c.env(), **(extra_env or {})}
     pid = start_detached(
         c.dir / f"{name}.pid", c.dir / f"{name}.log",
         ["kubeforge", "run", "--health-address", f"127.0.0.1:{health}",
          "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
          # the sim's Prometheus listens on a free loopback port (the API server's own is refused)
-         "--prometheus-url-allow", LOCAL_PROMETHEUS, "--activator-service", "/".join(LOCAL_ACTIVATOR), *args],
+         "--prometheus-url-allow", LOCAL_PROMETHEUS, "--activator-service", "/".join(LOCAL_ACTIVATOR),
+         # the workers' status endpoint on loopback: the local processes that stand in for pods reach it there
+         "--status-address", f"127.0.0.1:{status}", "--status-url", f"https://127.0.0.1:{status}",
+         "--progress-write-seconds", str(LOCAL_PROGRESS_WRITE_SECONDS), *args],
         env=env)
     assert pid is not None  # stop_operator removed the pid file
     return pid

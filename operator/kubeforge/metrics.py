@@ -35,6 +35,8 @@ PREEMPTION_LOST_GPU_HOURS = Counter(
     "GPU-hours of work since their last checkpoint held by gangs when admission preempted them (an upper bound of what they lose).",
 )
 STARTUP_FAILURES = Counter("kubeforge_startup_failures_total", "Gangs stopped because they failed to start, by reason.", ["reason"])
+STATUS_REPORTS = Counter("kubeforge_status_reports_total",
+                         "Workers' progress reports to the status endpoint, by HTTP status code of the answer.", ["code"])
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

@@ -74,6 +74,17 @@ app.kubernetes.io/component: operator
 {{- if .Values.activator.enabled }}
 - --activator-service={{ .Release.Namespace }}/{{ include "kubeforge.activatorName" . }}
 {{- end }}
+{{- if .Values.status.enabled }}
+- --status-address=0.0.0.0:{{ .Values.status.port }}
+- --status-url=https://{{ include "kubeforge.statusName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.status.port }}
+- --status-tls-secret={{ .Release.Namespace }}/{{ include "kubeforge.statusName" . }}-tls
+- --progress-write-seconds={{ .Values.status.progressWriteSeconds }}
+{{- if not .Values.status.workerReporting }}
+- --no-worker-reporting
+{{- end }}
+{{- else }}
+- --status-address=
+{{- end }}
 {{- if or .Values.verbose (eq .Values.logLevel "debug") }}
 - --verbose
 {{- end }}
@@ -112,4 +123,20 @@ app.kubernetes.io/part-of: kubeforge
 {{- else }}
 {{- include "kubeforge.serviceAccountName" . }}
 {{- end }}
+{{- end }}
+
+{{/* The status endpoint's name (Service; the TLS Secret is <name>-tls): <fullname>-status. */}}
+{{- define "kubeforge.statusName" -}}
+{{- printf "%s-status" (include "kubeforge.fullname" .) | trunc 59 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on the status endpoint's own objects (its Service, the TLS Secret's Role). */}}
+{{- define "kubeforge.statusLabels" -}}
+helm.sh/chart: {{ include "kubeforge.chart" . }}
+app.kubernetes.io/name: {{ include "kubeforge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: status
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeforge
 {{- end }}

@@ -24,6 +24,7 @@ from kubeforge.runtime.informer import informers
 from kubeforge.runtime.leader import lead
 from kubeforge.runtime.pools import pool_status_loop
 from kubeforge.runtime.queue import WorkQueue
+from kubeforge.runtime.status_server import start_status_server
 from kubeforge.runtime.training import reconcile_job
 
 log = logging.getLogger("kubeforge")
@@ -112,6 +113,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     rt.api_servers = rt.client.server_addresses()
     await rt.metrics.start()
     await wait_for_discovery(rt)
+    await start_status_server(rt)
     # kopf passes every index to startup handlers; they fill in as the watches list. Pods,
     # claims and nodes come from the informers (started below, once the queues their handlers
     # feed exist).
@@ -143,5 +145,7 @@ async def _cleanup(memo: Any, **_: Any) -> None:
     for q in (rt.jobs, rt.services, rt.events):
         if q is not None:
             await q.stop()
+    if rt.status_server is not None:
+        await rt.status_server.stop()
     await rt.metrics.close()
     await rt.client.close()

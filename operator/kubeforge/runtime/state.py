@@ -8,11 +8,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from kubeforge.builders.reporting import ReportingConfig
+from kubeforge.lifecycle import PROGRESS_WRITE_SECONDS
 from kubeforge.objects import Key, Record
 from kubeforge.runtime.cache import Cache
 from kubeforge.runtime.client import ApiError, KubeClient
 from kubeforge.runtime.events import EventSink, ObjectRef
 from kubeforge.runtime.metrics_source import MetricsSource, PrometheusSource
+from kubeforge.runtime.status_book import ReportBook
 
 POD_EVENT_BATCH_SECONDS = 1.0
 """Seconds within which a change of a TrainingJob's pod brings its reconcile
@@ -38,6 +41,18 @@ class Options:
             with no ready replica then get its addresses as their endpoints.
         namespaces: The namespaces watched (``--namespace``); empty: the whole cluster. The
             pod informer lists and watches each (kopf is told the same for its kinds).
+        status_address: ``HOST:PORT`` of the workers' status endpoint
+            (:mod:`kubeforge.runtime.status_server`); empty: not served.
+        status_url: The endpoint's base URL as the workers reach it (``https://HOST:PORT``: the
+            chart's Service, or loopback for the local cluster); empty: workers get no reporting
+            environment.
+        status_tls_secret: ``(namespace, name)`` of the Secret that holds the endpoint's CA and
+            certificate, shared by the replicas (:mod:`kubeforge.runtime.status_tls`); None: a
+            certificate in memory.
+        worker_reporting: Give worker pods the token, CA and ``KUBEFORGE_STATUS_*`` /
+            ``KUBEFLOW_TRAINER_STATUS_*`` environment (``--no-worker-reporting`` turns it off).
+        progress_write_seconds: The least seconds between two writes of a job's
+            ``status.progress`` (:data:`kubeforge.lifecycle.PROGRESS_WRITE_SECONDS`).
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -47,6 +62,18 @@ class Options:
     identity: str = ""
     activator_service: tuple[str, str] | None = None
     namespaces: tuple[str, ...] = ()
+    status_address: str = ""
+    status_url: str = ""
+    status_tls_secret: tuple[str, str] | None = None
+    worker_reporting: bool = True
+    progress_write_seconds: float = PROGRESS_WRITE_SECONDS
+
+    def reporting_config(self) -> ReportingConfig | None:
+        """What worker pods get to report (:mod:`kubeforge.builders.reporting`), or None when
+        reporting is off or workers have nowhere to report to."""
+        if not (self.worker_reporting and self.status_url and self.status_address):
+            return None
+        return ReportingConfig(url=self.status_url)
 
 
 @dataclass
@@ -72,6 +99,11 @@ class Runtime:
             (:class:`~kubeforge.runtime.metrics_source.MetricsSource`): Prometheus through this
             process's one HTTP client, opened at start-up and closed at cleanup with the API
             client; tests put a :class:`~kubeforge.runtime.metrics_source.FakeMetrics` here.
+        reports: The workers' reports not written yet
+            (:class:`~kubeforge.runtime.status_book.ReportBook`), read by the job's reconcile.
+        status_server: The status endpoint, once started (None: not served).
+        status_ca: The endpoint's CA (PEM) once it serves; worker pods get reporting only then.
+        status_ca_written: The CA last written to each namespace's ConfigMap.
     """
 
     cache: Cache = field(default_factory=Cache)
@@ -87,6 +119,15 @@ class Runtime:
     tasks: list[asyncio.Task] = field(default_factory=list)
     api_servers: frozenset[str] = frozenset()
     metrics: MetricsSource = field(default_factory=PrometheusSource)
+    reports: ReportBook = field(default_factory=ReportBook)
+    status_server: Any = None
+    status_ca: str | None = None
+    status_ca_written: dict[str, str] = field(default_factory=dict)
+
+    def reporting(self) -> ReportingConfig | None:
+        """What this process's worker pods get to report: :meth:`Options.reporting_config` once
+        the endpoint serves (its CA known), else None."""
+        return self.options.reporting_config() if self.status_ca else None
 
     def wake_admission(self) -> None:
         self.admission_wake.set()

@@ -34,6 +34,7 @@ from kubeforge.objects import (
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
 from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.status_tls import ensure_status_ca
 
 log = logging.getLogger("kubeforge.training")
 RESYNC_SECONDS = 300.0
@@ -109,6 +110,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
         preempted_by=rt.cache.handoffs.stop_request(key),
         domain_cliques=domain_cliques(rt, view, placement or assumed, job),
         compute_domains=tuple(rt.cache.job_compute_domains(key)),
+        report=rt.reports.get(key), report_write_seconds=rt.options.progress_write_seconds,
     )
 
 
@@ -140,6 +142,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
             await release_domains(rt, key, domains)
         rt.cache.forget(key)
         rt.jobs.forget(key)
+        rt.reports.forget(key)
         rt.wake_admission()
         return None
     job = rt.cache.effective(key, rec)
@@ -298,14 +301,14 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
     if not ranks:
         return
-    last = status.get("lastCheckpoint")
+    await ensure_status_ca(rt, ns)  # the CA the pods' projected volume reads, before the pods
     gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement, job))
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
                              levels=view.levels if view else (),
                              gpu_resource=view.resource if view else DEFAULT_GPU_RESOURCE_NAME,
-                             tolerations=view.tolerations if view else (), last_checkpoint=last,
+                             tolerations=view.tolerations if view else (), last_checkpoint=status.get("lastCheckpoint"),
                              gpu_claim_template=gpu_template, channel_claim_template=channel_template,
-                             scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else ())
+                             scheduling_gates=(VOLUME_GATE,) if plan.volume_gate else (), reporting=rt.reporting())
             for r in ranks]
     cache.expectations.expect_created(key, [p["metadata"]["name"] for p in pods])
     results = await gather_bounded([rt.client.create("Pod", ns, p) for p in pods])
