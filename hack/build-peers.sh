@@ -2,7 +2,7 @@
 # Build the peers kubeforge is measured against - Kueue, JobSet and LeaderWorkerSet managers -
 # from the Go module proxy, once, cached by version outside the work tree (like
 # hack/build-tools.sh does for the control plane). Only benchmarks and tests that compare with
-# the peers call this (make test-peers, bench_training's Kueue phase, bench_preemption_live);
+# the peers call this (make test-peers, the training bench's Kueue phase, e2e.bench.preemption_live);
 # make demo and make test never do.
 #
 #   hack/build-peers.sh           # builds what is missing, prints the bin directory

@@ -711,7 +711,7 @@ _GANG = ("submit", 2, 8, 3, 0, 1, 0, 0, 1, 0, 0)  # 2 x 8 GPUs in one NVLink dom
        st.integers(0, 2**16))
 # The race of issue 9, always tried: j3's placement write outlives ASSUME_TTL while the older j0
 # is resumed and a round runs; the Cache keeps j3's assumption while its write is in flight, so
-# j0 waits (drop the ``key not in self.writing`` guard of Cache.assumed_for and (b) fails here).
+# j0 waits (drop the ``writing not in self._writing`` guard of Assumptions._expired and (b) fails here).
 @example(evs=[_GANG, ("suspend", 0), _GANG, _GANG, ("slow", ("resume", 0)), ("delete", 1), _GANG],
          grace=0.0, interleave=0.0, seed=0)
 def test_ledger_matches_pods_over_random_events(evs, grace, interleave, seed):

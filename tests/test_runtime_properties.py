@@ -259,7 +259,7 @@ def test_an_assumed_placement_never_expires_while_its_status_write_is_in_flight(
     same GPUs to another job. Two fillers take domains c1 and c2; a is admitted to c0 and its
     write is slow; meanwhile b (older, so first in the queue) is resumed and wants c0 too. The
     Cache keeps an assumption while its write is in flight: b waits. Re-introduce the race (drop
-    the ``key not in self.writing`` guard in Cache.assumed_for) and this fails with (b)."""
+    the ``writing not in self._writing`` guard in Assumptions._expired, runtime/cache_assumptions.py) and this fails with (b)."""
     import kubeforge.runtime.cache as cache_mod
 
     async def go():

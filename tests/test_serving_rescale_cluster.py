@@ -1,4 +1,4 @@
-"""Found by the serving placement bench (e2e/bench_serving_placement.py): a scale-up that comes
+"""Found by the serving placement bench (``python -m e2e.bench.serving``): a scale-up that comes
 back within a minute of a scale-down re-admitted the group index that went, but its pods were not
 created for up to 60 s: the pod names (``<service>-<group>-<worker>-<attempt>``) were the same as
 the old group's, and the creation expectation of those names (60 s TTL) took them as made.
