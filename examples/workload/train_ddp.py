@@ -5,12 +5,17 @@ What it expects from the operator (all set on every worker pod):
 - ``PET_*``, ``WORLD_SIZE``, ``RANK``, ``MASTER_*``: read by torchrun / ``init_process_group``.
 - ``KUBEFORGE_CHECKPOINT_DIR``: the checkpoint volume, shared by every restart of the job.
 - ``KUBEFORGE_LAST_CHECKPOINT_PATH`` / ``_STEP``: the last checkpoint reported (may be absent).
+- ``KUBEFORGE_STATUS_URL`` / ``_TOKEN`` / ``_CA_CERT``: where to report progress live
+  (:mod:`kubeforge.workload`, docs/workload-reporting.md); absent: nothing is reported live.
 
 What it gives back: checkpoints ``<dir>/step-<N>/state.pt`` (complete once renamed from a
 ``.tmp-`` name and holding a ``COMPLETE`` marker), and the newest one as one JSON line
 ``{"step", "path", "time"}`` in the termination message, which the operator stores in
-``status.lastCheckpoint``. On SIGTERM (preemption) it checkpoints at the next step boundary
-and exits 143 (128 + SIGTERM): never 0, so an interrupted run cannot pass for a finished one.
+``status.lastCheckpoint``. Global rank 0 also reports live (``kubeforge.workload.report``): the
+step, the total and the loss at most every ``--report-every`` seconds, and each checkpoint as
+soon as every rank is past it, into ``status.progress`` and ``status.lastCheckpoint``. On SIGTERM
+(preemption) it checkpoints at the next step boundary and exits 143 (128 + SIGTERM): never 0,
+so an interrupted run cannot pass for a finished one.
 
 The top half is pure Python (no torch import) so the checkpoint logic can be tested alone.
 """
@@ -24,6 +29,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, List, Mapping, Optional, Tuple, Union
@@ -246,6 +252,22 @@ def exit_code(stopped: bool) -> int:
     return EXIT_PREEMPTED if stopped else 0
 
 
+def live_reporter(every: float = 5.0):
+    """A :class:`kubeforge.workload.Reporter` (standard library only): from the installed
+    kubeforge package, else from ``kubeforge_workload.py`` beside this script (copy
+    ``operator/kubeforge/workload.py`` there, e.g. into the same ConfigMap), else None (nothing
+    is reported live; the termination message still is)."""
+    try:
+        from kubeforge import workload
+    except ImportError:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        try:
+            import kubeforge_workload as workload  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return workload.Reporter(min_interval=every)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1000, help="total training steps")
@@ -253,6 +275,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--report-every", type=float, default=5.0, help="seconds between live progress reports")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step also sleeps (a slower model)")
     return p.parse_args(argv)
 
 
@@ -274,6 +298,7 @@ def main(argv=None) -> int:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ckdir = checkpoint_dir()
+    live = live_reporter(args.report_every) if rank == 0 else None
 
     # Rank 0 picks the resume point and tells the others, so every rank loads the same one.
     found = [resume_point() if rank == 0 else None]
@@ -300,6 +325,10 @@ def main(argv=None) -> int:
         opt.step()
         if rank == 0 and step % 50 == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if rank == 0 and live is not None:
+            live.report(step=step + 1, total_steps=args.steps, metrics={"loss": loss.item()})
 
     def save_fn(step: int) -> None:
         path = ckdir / f"step-{step}"
@@ -309,6 +338,8 @@ def main(argv=None) -> int:
         dist.barrier()  # the checkpoint is complete before anyone reports it
         if local_rank == 0:  # one termination message per container
             report_checkpoint(step, path)
+        if rank == 0 and live is not None:  # and live, at once
+            live.report(step=step, total_steps=args.steps, checkpoint=(step, str(path)), force=True)
 
     def should_stop() -> bool:
         flag = torch.tensor([1 if stop.requested else 0], device=device)
@@ -321,6 +352,8 @@ def main(argv=None) -> int:
         dist.destroy_process_group()
     if rank == 0:
         print(f"{'stopped' if stopped else 'finished'} at step {step}", flush=True)
+        if live is not None:
+            live.report(step=step, total_steps=args.steps, force=True)
     return exit_code(stopped)
 
 
