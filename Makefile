@@ -26,9 +26,11 @@ tools:
 peers:
 	bash hack/build-peers.sh >/dev/null
 
-# Prometheus from Debian's package, for the autoscaling tests (installed only when missing).
+# Debian's packages the system tests need, each installed only when missing: Prometheus (the
+# autoscaling tests) and python3-torch (the real PyTorch run of tests/test_torch_system.py).
 system-deps: setup
 	$(BIN)/python -c "from kubeforge.sim.prometheus import ensure_prometheus; ensure_prometheus()"
+	$(BIN)/python -c "from kubeforge.sim.workers import ensure_torch; ensure_torch()"
 
 # DEMO_ARGS passes flags, e.g. make demo DEMO_ARGS="--name my-demo --plot /tmp/demo.png".
 DEMO_ARGS ?=
