@@ -97,6 +97,12 @@ def test_the_demo_places_scales_and_draws_what_the_cluster_shows(demo_run):
 
     c, res, text, out_dir = demo_run
     assert res.rc == 0, f"{res.problems}\n{text[-3000:]}"
+    # every training job shows its progress and ETA, reported through the status endpoint, and a
+    # job whose ranks all run is printed Running (issue 27)
+    for job in ("llama-pretrain", "finetune"):
+        assert res.progress[job].get("eta") and res.progress[job].get("percent") is not None, res.progress
+        assert re.search(rf"TrainingJob {job}: .* phase Running", text), text
+    assert "  progress: step " in text and "ETA unknown" not in text and "phase Pending" not in text
 
     # the printed pool tables agree with where the pods hold GPUs
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in get(c, "nodes")["items"]}

@@ -81,6 +81,18 @@ class Kube:
             raise
         return (self._json(resp)["metadata"].get("labels") or {}).get("kubeforge.io/endpoints")
 
+    def config_map(self, namespace: str, name: str) -> dict[str, Any]:
+        """A ConfigMap; ``{}`` when absent."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self._json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False,
+                                                                   _request_timeout=TIMEOUT))
+        except ApiException as e:
+            if e.status == 404:
+                return {}
+            raise
+
     def nodes(self) -> list[dict[str, Any]]:
         return self._json(self.core.list_node(_preload_content=False, _request_timeout=TIMEOUT))["items"]
 

@@ -4,11 +4,12 @@ the nodes' labels, beside what the operator's status says."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Mapping
 
 from .ledger import Holding
 
-__all__ = ["POOL_ROW", "group_lines", "pool_table", "short_names", "training_lines"]
+__all__ = ["POOL_ROW", "group_lines", "pool_table", "progress_line", "short_names", "training_lines"]
 
 POOL_ROW = r"^  (?P<level>\S+)\s+(?P<domain>\S+)\s+(?P<nodes>\d+)\s+(?P<allocated>\d+)\s+(?P<free>\d+)\s+(?P<allocatable>\d+)"
 """The regular expression of one row of :func:`pool_table` (the test reads the table back)."""
@@ -32,6 +33,38 @@ def training_lines(job: Mapping[str, Any], pods: list[Mapping[str, Any]], node_d
         out.append(f"  rank {_label(p, 'kubeforge.io/replica-index')}: {p['metadata']['name']:<27} "
                    f"{p['status'].get('phase', '?'):<8} node {node:<12} {level} {node_domain.get(node, '-')}")
     return out
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _span(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def progress_line(status: Mapping[str, Any], now: float) -> str:
+    """A job's ``status.progress`` and ``lastCheckpoint`` in one line: step of total, percent,
+    ETA (and how far off at ``now``, unix seconds), the metrics, the checkpoint, who reported."""
+    p = status.get("progress") or {}
+    if not p:
+        return "  progress: none reported yet"
+    parts = []
+    if p.get("step") is not None:
+        parts.append(f"step {p['step']:,}" + (f" of {p['totalSteps']:,}" if p.get("totalSteps") else ""))
+    if p.get("percent") is not None:
+        parts.append(f"{p['percent']:g}%")
+    eta = _seconds(p.get("eta")) if p.get("eta") else None
+    parts.append(f"ETA {p['eta']} (in {_span(eta - now)})" if eta is not None else "ETA unknown yet")
+    parts += [f"{m['name']} {m['value']}" for m in p.get("metrics") or []]
+    ck = status.get("lastCheckpoint") or {}
+    if ck.get("step") is not None:
+        parts.append(f"checkpoint step {ck['step']:,}")
+    return f"  progress: {', '.join(parts)} (reported by {p.get('reporter') or '?'})"
 
 
 def group_lines(svc: Mapping[str, Any], pods: list[Mapping[str, Any]], node_domain: Mapping[str, str],

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CHAT", "EXAMPLES", "LARGE", "NAMESPACE", "POOL", "POOL_AGREE_SECONDS", "SETTLE_SECONDS", "TRAINING_JOBS",
-           "DemoResult", "restart_clock", "say"]
+__all__ = ["CHAT", "EXAMPLES", "LARGE", "NAMESPACE", "POOL", "POOL_AGREE_SECONDS", "PROGRESS_SECONDS", "SETTLE_SECONDS",
+           "TRAINING_JOBS", "DemoResult", "restart_clock", "say"]
 
 NAMESPACE = "default"
 POOL = "h100"
@@ -25,6 +25,8 @@ POOL_AGREE_SECONDS = 30.0
 """Longest wait for the pool's status to agree with the pods before a pool table is printed, s."""
 SETTLE_SECONDS = 60.0
 """Longest wait after the burst for the chat service to come back to ``minReplicas``, s."""
+PROGRESS_SECONDS = 20.0
+"""Longest wait for every training job's progress and ETA in its status before they are printed, s."""
 
 
 _T0 = [time.monotonic()]
@@ -53,6 +55,8 @@ class DemoResult:
         plot: The PNG written, and ``panels`` the number of panels drawn in it.
         peak_replicas: The most replicas the chat service asked for (status.desiredReplicas).
         seconds: The demo's wall time.
+        progress: Each training job's ``status.progress`` at the end (its rank 0 reported it
+            through the status endpoint).
     """
 
     rc: int = 1
@@ -63,3 +67,4 @@ class DemoResult:
     panels: int = 0
     peak_replicas: int = 0
     seconds: float = 0.0
+    progress: dict[str, dict] = field(default_factory=dict)

@@ -28,8 +28,10 @@ from . import report
 from .kube import Kube, wait_until
 from .plot import plot as draw_plot
 from .pool import PoolTables
+from .progress import SyntheticTrainer, start_trainers
 from .scene import (
-    CHAT, EXAMPLES, LARGE, NAMESPACE, POOL, POOL_AGREE_SECONDS, SETTLE_SECONDS, TRAINING_JOBS, DemoResult, say,
+    CHAT, EXAMPLES, LARGE, NAMESPACE, POOL, POOL_AGREE_SECONDS, PROGRESS_SECONDS, SETTLE_SECONDS, TRAINING_JOBS,
+    DemoResult, say,
 )
 from .serving import CREDIT, Stack, run_burst
 from .timeline import Sampler, Timeline
@@ -55,6 +57,8 @@ class Run:
         tables: The pool tables' reader, ``expected`` the workloads it should list, and
             ``where`` what says where the chat service's Ready replicas run (from
             :func:`report_placement`).
+        trainers: The training jobs' stand-in rank 0s reporting their progress
+            (:mod:`kubeforge._demo.progress`), from :func:`wait_placed` on.
     """
 
     c: Cluster
@@ -72,6 +76,7 @@ class Run:
     tables: PoolTables | None = None
     expected: Expected = field(default_factory=list)
     where: Callable[[], str] | None = None
+    trainers: list[SyntheticTrainer] = field(default_factory=list)
 
     @classmethod
     def begin(cls, c: Cluster, emit: Callable[..., None], res: DemoResult) -> "Run":
@@ -87,6 +92,8 @@ class Run:
     def stop(self) -> None:
         """Stop the sampler (one last sample), the serving stack (once it has started or failed)
         and the demo's client; the cluster and the operator keep running."""
+        for t in self.trainers:
+            t.stop()
         if self.sampler is not None:
             self.sampler.stop()
             self.sampler.sample_now(self.kube)
@@ -180,14 +187,17 @@ def wait_placed(run: Run, timeout: float) -> None:
         for j, body in jobs.items():
             running = [p for p in pods if p["metadata"]["labels"]["kubeforge.io/job-name"] == j
                        and p["status"].get("phase") == "Running"]
-            if not body or len(running) != body["spec"]["replicas"]:
+            # the job's own phase too: its pods run a moment before the operator writes Running
+            if not body or len(running) != body["spec"]["replicas"] or (body.get("status") or {}).get("phase") != "Running":
                 return False
         st = kube.get("inferenceservices", LARGE, NAMESPACE).get("status") or {}
         chat = "activator" if chat_min == 0 else "replicas"  # at zero, its Service points at the activator
         return st.get("readyReplicas") == large_min and kube.endpoints(NAMESPACE, CHAT) == chat
 
     if not wait_until(placed, timeout):
-        run.res.problems.append(f"not placed after {timeout:.0f}s (training pods Running, {LARGE} groups Ready)")
+        run.res.problems.append(f"not placed after {timeout:.0f}s (training jobs Running, {LARGE} groups Ready)")
+        return
+    run.trainers = start_trainers(run.c, kube, TRAINING_JOBS)
 
 
 def report_placement(run: Run) -> None:
@@ -196,6 +206,8 @@ def report_placement(run: Run) -> None:
     service's Ready replicas run in ``run``."""
     c, kube, emit, chat_min = run.c, run.kube, run.emit, run.chat_min
     tables = run.tables = PoolTables(kube, POOL, kube.nodes(), POOL_AGREE_SECONDS)
+    wait_until(lambda: all(((kube.get("trainingjobs", j, NAMESPACE).get("status") or {}).get("progress") or {}).get("eta")
+                           for j in TRAINING_JOBS), PROGRESS_SECONDS if run.trainers else 0)
     emit()
     emit(c.kubectl("get", "trainingjobs,inferenceservices", "-n", NAMESPACE).stdout.rstrip())
     emit()
@@ -207,6 +219,7 @@ def report_placement(run: Run) -> None:
             mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("kubeforge.io/job-name") == j]
             for line in report.training_lines(job, mine, node_domain, level):
                 emit(line)
+            emit(report.progress_line(job.get("status") or {}, time.time()))
     large = kube.get("inferenceservices", LARGE, NAMESPACE)
     mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("kubeforge.io/inference-service") == LARGE]
     for line in report.group_lines(large, mine, node_domain, level):
@@ -258,6 +271,15 @@ def report_end(run: Run, wall_start: float) -> None:
     lines, problem = run.tables.show(emit, run.expected, "at the end")
     res.pool_tables.append(lines)
     res.problems += [problem] if problem else []
+    emit()
+    emit("Training progress at the end (status.progress, as the jobs' rank 0s reported it):")
+    for j in TRAINING_JOBS:
+        st = run.kube.get("trainingjobs", j, NAMESPACE).get("status") or {}
+        res.progress[j] = st.get("progress") or {}
+        emit(f"TrainingJob {j}, phase {st.get('phase')}")
+        emit(report.progress_line(st, time.time()))
+        if not (res.progress[j].get("eta") and res.progress[j].get("percent") is not None):
+            res.problems.append(f"TrainingJob {j} shows no progress and ETA")
     warn = [e for e in run.kube.events(None, "type=Warning")
             if (e.get("lastTimestamp") or e.get("eventTime") or "9") >= _rfc3339(wall_start - 1)]
     res.warnings = [f"{e['involvedObject'].get('kind')} {e['involvedObject'].get('name')}: {e.get('reason')}: "

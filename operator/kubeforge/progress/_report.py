@@ -199,6 +199,7 @@ def merge_reports(older: Report | None, newer: Report) -> Report:
     metrics = (newer.metrics + tuple(m for m in older.metrics if m[0] not in names))[:MAX_REPORTED_METRICS]
 
     def pick(a, b):
+        """The newer value when it has one."""
         return b if b is not None else a
 
     return replace(
