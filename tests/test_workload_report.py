@@ -21,11 +21,15 @@ MODULE = Path(workload.__file__)
 
 
 class Stub(BaseHTTPRequestHandler):
-    """Answers with the codes queued in ``server.codes`` (200 when empty); records every request."""
+    """Answers with the codes queued in ``server.codes`` (200 when empty); records every request.
+    HTTP/1.1: connections are kept open, as aiohttp keeps them."""
+
+    protocol_version = "HTTP/1.1"
 
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": json.loads(body)})
+        self.server.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": json.loads(body),
+                                 "port": self.client_address[1]})
         code = self.server.codes.pop(0) if self.server.codes else 200
         out = json.dumps({"kind": "Status", "code": code, "message": f"answer {code}"}).encode()
         self.send_response(code)
@@ -137,3 +141,16 @@ def test_an_unreachable_endpoint_never_raises(tmp_path, capsys):
                            workload.CA_ENV: str(tmp_path / "missing-ca.crt")}, timeout=1)
     assert r.report(step=1, force=True) is False and r.report(step=2, force=True) is False
     assert "training goes on" in capsys.readouterr().err
+
+
+def test_one_connection_is_kept_from_report_to_report_and_dropped_after_a_503(stub):
+    srv, env, _ = stub
+    clock = Clock()
+    r = workload.Reporter(env, clock=clock, sleep=clock.sleep)
+    for step in range(3):
+        assert r.report(step=step, force=True)
+    ports = [s["port"] for s in srv.seen]
+    assert len(set(ports)) == 1  # one TLS handshake for three reports
+    srv.codes = [503]
+    assert r.report(step=9, force=True)
+    assert srv.seen[-1]["port"] != srv.seen[-2]["port"]  # the retry went out on a new connection

@@ -22,21 +22,23 @@ that returns False, so the same script runs outside kubeforge.
 
 Behaviour: only global rank 0 reports (``RANK`` unset or 0) unless ``all_ranks``; calls closer
 than ``min_interval`` seconds are skipped unless ``force`` (use it for checkpoints and the last
-step); a 503 (an operator replica that is not the leader) or a 429 with a short Retry-After is
-retried twice on a new connection; nothing ever raises into the training loop: a failure is
+step); one HTTPS connection is kept open from report to report (a TLS handshake is most of what
+a report costs the operator), and closed on any error; a 503 (an operator replica that is not
+the leader) or a 429 with a short Retry-After is retried twice on a new connection (through the
+Service, it may reach another replica); nothing ever raises into the training loop: a failure is
 printed once to stderr per kind and the call returns False.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 URL_ENV = "KUBEFORGE_STATUS_URL"
@@ -112,6 +114,9 @@ class Reporter:
         self._token: Tuple[float, str] = (float("-inf"), "")
         self._ctx: Optional[ssl.SSLContext] = None
         self._warned: set = set()
+        self._conn: Optional[http.client.HTTPConnection] = None
+        parts = urlsplit(self.url)
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.sent = 0
         self.last_status: Optional[int] = None
 
@@ -133,28 +138,59 @@ class Reporter:
         return self._send(body)
 
     def _send(self, body: bytes) -> bool:
-        """POST ``body``, retrying a 503 or a short 429 on a new connection."""
+        """POST ``body`` on the kept connection, retrying a 503 or a short 429 on a new one."""
         for attempt in range(self.retries + 1):
             try:
-                req = urllib.request.Request(self.url, data=body, method="POST", headers={
-                    "Content-Type": "application/json", "Authorization": f"Bearer {self._read_token()}"})
-                with urllib.request.urlopen(req, timeout=self.timeout, context=self._context()) as resp:
-                    self.last_status = resp.status
-                    self.sent += 1
-                    return resp.status == 200
-            except urllib.error.HTTPError as e:
-                self.last_status = e.code
-                wait = _retry_after(e.headers.get("Retry-After") if e.headers else None)
-                if e.code in (429, 503) and attempt < self.retries and wait <= MAX_RETRY_WAIT:
-                    self.sleep(wait)
-                    continue
-                self._warn(f"http-{e.code}", f"report refused ({e.code}): {_message(e)}")
-                return False
-            except (OSError, ssl.SSLError, ValueError) as e:  # URLError is an OSError
+                code, retry_after, text = self._post(body)
+            except (OSError, ssl.SSLError, ValueError, http.client.HTTPException) as e:
+                self._close()
                 self._warn(type(e).__name__, f"cannot report to {self.url}: {e}")
                 self._ctx = None  # the CA may have been missing: built again next time
                 return False
+            self.last_status = code
+            if code == 200:
+                self.sent += 1
+                return True
+            self._close()  # a follower, a refusal: the next try goes through the Service again
+            wait = _retry_after(retry_after)
+            if code in (429, 503) and attempt < self.retries and wait <= MAX_RETRY_WAIT:
+                self.sleep(wait)
+                continue
+            self._warn(f"http-{code}", f"report refused ({code}): {_message(text)}")
+            return False
         return False
+
+    def _post(self, body: bytes) -> Tuple[int, Optional[str], bytes]:
+        """One POST: ``(status, Retry-After, body)``. Opens the connection when there is none;
+        a kept connection the server closed meanwhile is opened again once."""
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._read_token()}"}
+        for fresh in (self._conn is None, True):
+            conn = self._connection()
+            try:
+                conn.request("POST", self._path, body=body, headers=headers)
+                resp = conn.getresponse()
+                text = resp.read()
+                return resp.status, resp.getheader("Retry-After"), text
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._close()
+                if fresh:
+                    raise
+        raise http.client.HTTPException("unreachable")  # the loop returns or raises
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            parts = urlsplit(self.url)
+            if parts.scheme == "https":
+                self._conn = http.client.HTTPSConnection(parts.hostname or "", parts.port or 443,
+                                                         timeout=self.timeout, context=self._context())
+            else:
+                self._conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=self.timeout)
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def _read_token(self) -> str:
         at, token = self._token
@@ -182,12 +218,12 @@ def _retry_after(value: Optional[str]) -> float:
         return 1.0
 
 
-def _message(err: urllib.error.HTTPError) -> str:
-    """The ``message`` of the operator's ``Status`` answer, else the reason."""
+def _message(text: bytes) -> str:
+    """The ``message`` of the operator's ``Status`` answer, else the body's start."""
     try:
-        return str(json.loads(err.read().decode()).get("message") or err.reason)[:300]
-    except (ValueError, OSError, AttributeError):
-        return str(err.reason)
+        return str(json.loads(text.decode()).get("message"))[:300]
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return text[:300].decode(errors="replace")
 
 
 _default: Optional[Reporter] = None

@@ -77,10 +77,9 @@ class Authenticator:
             Busy: the TokenReview bound is reached (429).
         """
         token = bearer(header)
-        claims = precheck(token, namespace, self.audience, self.wall())
         key = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
-        hit = self._cache.get(key)
+        hit = self._cache.get(key)  # first: a known token costs a hash, not a JWT decode
         if hit is not None and hit[0] > now:
             self._cache.move_to_end(key)
             verdict = hit[1]
@@ -89,6 +88,7 @@ class Authenticator:
             if verdict.namespace != namespace:
                 raise AuthError(403, f"the token belongs to namespace {verdict.namespace!r}, not {namespace!r}")
             return verdict
+        claims = precheck(token, namespace, self.audience, self.wall())
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
