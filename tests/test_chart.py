@@ -3,7 +3,6 @@ Dockerfile and the CLI (one source of truth each for the entrypoint, flags and p
 
 from __future__ import annotations
 
-import filecmp
 import json
 import re
 import subprocess
@@ -86,7 +85,9 @@ def test_renders_expected_objects(docs):
                               "PodDisruptionBudget"]
                            # the workers' status endpoint (status.enabled, the default): its Service
                            # and the Role on its TLS Secret
-                           + ["Service", "Role", "RoleBinding"])
+                           + ["Service", "Role", "RoleBinding"]
+                           # the three CRDs (crds.install, the default)
+                           + ["CustomResourceDefinition"] * 3)
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -132,7 +133,7 @@ def test_clusterrolebinding_binds_the_serviceaccount(docs):
 
 def test_rbac_and_serviceaccount_can_be_turned_off(helm):
     docs = render(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops")
-    assert {d["kind"] for d in docs} == {"Service", "Deployment", "PodDisruptionBudget"}
+    assert {d["kind"] for d in docs} == {"Service", "Deployment", "PodDisruptionBudget", "CustomResourceDefinition"}
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
     assert one(docs, "Deployment", "activator")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
@@ -295,12 +296,29 @@ def test_default_image_tag_is_app_version(docs):
     assert c["image"].endswith(":" + chart["appVersion"])
 
 
-def test_chart_crds_equal_generated_crds():
-    a, b = ROOT / "crds", CHART / "crds"
-    names = sorted(p.name for p in a.glob("*.yaml"))
-    assert names and names == sorted(p.name for p in b.glob("*.yaml"))
-    _, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
-    assert not mismatch and not errors, f"charts/kubeforge/crds differs from crds/: {mismatch + errors} (run `kubeforge crds`)"
+def crds_of(docs: list[dict]) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
+
+
+def test_chart_installs_the_generated_crds_and_keeps_them(docs):
+    crds = crds_of(docs)
+    plain = {d["metadata"]["name"]: d for p in sorted((ROOT / "crds").glob("*.yaml"))
+             for d in yaml.safe_load_all(p.read_text()) if d}
+    assert sorted(crds) == sorted(plain) == ["gpupools.kubeforge.io", "inferenceservices.kubeforge.io",
+                                             "trainingjobs.kubeforge.io"]
+    for name, crd in crds.items():
+        assert crd["spec"] == plain[name]["spec"]  # the same schema as crds/ (kubectl apply, GitOps)
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}  # helm uninstall leaves them
+        assert crd["metadata"]["labels"].items() >= {**plain[name]["metadata"]["labels"],
+                                                     "app.kubernetes.io/component": "crd"}.items()
+    # Helm would create a chart's crds/ directory unmanaged and never upgrade it
+    assert not (CHART / "crds").exists()
+
+
+def test_crds_can_be_left_to_gitops_or_deleted_with_the_release(helm):
+    assert not crds_of(render(helm, "--set", "crds.install=false"))
+    crds = crds_of(render(helm, "--set", "crds.keep=false"))
+    assert len(crds) == 3 and not any(c["metadata"].get("annotations") for c in crds.values())
 
 
 @pytest.mark.parametrize("bad", [
@@ -318,6 +336,8 @@ def test_chart_crds_equal_generated_crds():
     "activator.maxBodyBytes=-1",
     "activator.retryAfterSeconds=abc",
     "activator.unknown=1",
+    "crds.install=sometimes",
+    "crds.unknown=1",
 ])
 def test_schema_rejects_bad_values(helm, bad):
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--set", bad, check=False)

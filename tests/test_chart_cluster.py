@@ -17,7 +17,9 @@ pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kubeforge"
-IMAGE = ["--set", "image.repository=registry.invalid/kubeforge", "--set", "image.tag=test"]
+# The session cluster's CRDs were applied with kubectl (conftest), as GitOps users manage them: the
+# chart leaves them alone (crds.install=false). tests/test_upgrade_cluster.py installs them with the chart.
+IMAGE = ["--set", "image.repository=registry.invalid/kubeforge", "--set", "image.tag=test", "--set", "crds.install=false"]
 
 
 def helm(cluster, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -170,5 +172,5 @@ def test_upgrade_then_uninstall_leaves_nothing_but_crds(cluster, namespace):
         helm(cluster, "uninstall", rel, "--namespace", ns, "--wait", check=False)
     wait_for(lambda: not release_objects(cluster, rel, ns), timeout=60, what="the release's objects to be deleted")
     crds_after = {c["metadata"]["name"] for c in get_json(cluster, "crds")["items"] if c["spec"]["group"] == "kubeforge.io"}
-    assert crds_after == crds_before  # Helm never deletes CRDs from crds/
+    assert crds_after == crds_before  # crds.install=false: the release never owned them
     assert helm(cluster, "status", rel, "--namespace", ns, check=False).returncode != 0

@@ -12,7 +12,7 @@ from kubeforge.api import GPUPool, InferenceService, TrainingJob
 from kubeforge.api import _structural, crdgen
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT_DIRS = [ROOT / "crds", ROOT / "charts" / "kubeforge" / "crds"]
+CHART_DIR = ROOT / crdgen.CHART_OUT
 FILES = {
     "GPUPool": "kubeforge.io_gpupools.yaml",
     "TrainingJob": "kubeforge.io_trainingjobs.yaml",
@@ -64,13 +64,48 @@ def rules(kind: str) -> dict[str, list[tuple[str, str]]]:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("out", OUT_DIRS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_committed_crds_equal_fresh_output(out: Path) -> None:
-    problems = crdgen.check([out])
-    assert not problems, (
-        "CRDs are stale; run `python -m kubeforge.api.crdgen --out crds --out "
-        "charts/kubeforge/crds`\n" + "".join(problems)
-    )
+def test_committed_crds_equal_fresh_output() -> None:
+    problems = crdgen.check([ROOT / "crds"])
+    assert not problems, "CRDs are stale; run `kubeforge crds`\n" + "".join(problems)
+
+
+def test_committed_chart_templates_equal_fresh_output() -> None:
+    problems = crdgen.check([], [CHART_DIR])
+    assert not problems, "the chart's CRD templates are stale; run `kubeforge crds`\n" + "".join(problems)
+    assert sorted(p.name for p in CHART_DIR.iterdir()) == sorted(FILES.values())  # nothing else in there
+    assert not (ROOT / "charts" / "kubeforge" / "crds").exists()  # Helm would create those unmanaged
+
+
+def test_the_chart_template_is_the_plain_crd_behind_the_switches() -> None:
+    plain = crdgen.render_all()[FILES["TrainingJob"]]
+    text = crdgen.chart_template(plain)
+    lines = text.splitlines()
+    assert lines[2] == "{{- if .Values.crds.install }}" and lines[-1] == "{{- end }}"
+    assert "{{- if .Values.crds.keep }}\n  annotations:\n    helm.sh/resource-policy: keep\n  {{- end }}\nspec:\n" in text
+    assert '    app.kubernetes.io/part-of: kubeforge\n    {{- include "kubeforge.crdLabels" . | nindent 4 }}\n' in text
+    # every line of the plain document is there, in order; only template lines were added
+    body = plain[plain.index("---\n") + 4:].splitlines()
+    kept = [line for line in lines[2:] if "{{" not in line and line not in ("  annotations:", "    helm.sh/resource-policy: keep")]
+    assert kept == body
+
+
+@pytest.mark.parametrize("text", ["---\nkind: X\nmetadata:\n  name: a\n  labels:\n    a: '{{ b }}'\nspec:\n  c: 1\n",
+                                  "---\nkind: X\nmetadata:\n  name: a\nspec:\n  c: 1\n"])
+def test_the_chart_template_refuses_template_actions_and_unknown_metadata(text: str) -> None:
+    with pytest.raises(crdgen.SchemaError):
+        crdgen.chart_template(text)
+
+
+def test_check_cli_checks_the_chart_templates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain, chart = tmp_path / "crds", tmp_path / "templates"
+    assert crdgen.main(["--out", str(plain), "--chart-out", str(chart)]) == 0
+    assert crdgen.main(["--out", str(plain), "--chart-out", str(chart), "--check"]) == 0
+    target = chart / FILES["GPUPool"]
+    target.write_text(target.read_text().replace("helm.sh/resource-policy: keep", "helm.sh/resource-policy: delete"))
+    capsys.readouterr()
+    assert crdgen.main(["--out", str(plain), "--chart-out", str(chart), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "+    helm.sh/resource-policy: keep" in err and f"--chart-out {chart}" in err
 
 
 def test_check_cli_reports_a_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

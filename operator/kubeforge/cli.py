@@ -273,14 +273,17 @@ def demo(name: str, fleet: Path, timeout: float, burst_seconds: float, plot: Pat
 
 
 @main.command()
-@click.option("--out", "outs", multiple=True, default=("crds", "charts/kubeforge/crds"), show_default=True)
+@click.option("--out", "outs", multiple=True, default=("crds",), show_default=True,
+              help="Directory for the plain CRDs (kubectl apply, GitOps).")
+@click.option("--chart-out", "chart_outs", multiple=True, default=("charts/kubeforge/templates/crds",),
+              show_default=True, help="Directory for the chart's CRD templates (behind crds.install).")
 @click.option("--check", is_flag=True, help="Exit 1 when the files differ from fresh output.")
-def crds(outs: tuple[str, ...], check: bool) -> None:
-    """Generate the CRDs from the pydantic models."""
+def crds(outs: tuple[str, ...], chart_outs: tuple[str, ...], check: bool) -> None:
+    """Generate the CRDs from the pydantic models: crds/ and the chart's templates."""
     from kubeforge.api import crdgen
 
-    args = [a for o in outs for a in ("--out", o)] + (["--check"] if check else [])
-    sys.exit(crdgen.main(args))
+    args = [a for o in outs for a in ("--out", o)] + [a for o in chart_outs for a in ("--chart-out", o)]
+    sys.exit(crdgen.main(args + (["--check"] if check else [])))
 
 
 if __name__ == "__main__":
