@@ -291,7 +291,12 @@ def test_scheduling_values(helm):
 def test_default_image_tag_is_app_version(docs):
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["name"] == "kubeforge"
-    assert chart["version"] == "0.1.0" and chart["appVersion"] == "0.1.0"
+    # the chart's version is SemVer 2 (Helm's rule), appVersion the Python package's (PEP 440), which
+    # is the image's tag (hack/build-image.sh); both name the same release
+    project = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert chart["appVersion"] == project
+    assert re.fullmatch(r"\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?", chart["version"])
+    assert chart["version"].replace("-dev.", ".dev").replace("-rc.", "rc") == project
     (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert c["image"].endswith(":" + chart["appVersion"])
 

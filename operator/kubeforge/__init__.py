@@ -5,7 +5,7 @@ Three custom resources in group ``kubeforge.io``, version ``v1alpha1``: ``GPUPoo
 ``builders``) has no I/O; ``handlers`` wire it to the API server through kopf.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 GROUP = "kubeforge.io"
 VERSION = "v1alpha1"
