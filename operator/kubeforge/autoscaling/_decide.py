@@ -1,4 +1,11 @@
-"""One autoscaling decision: desired replicas from the policy, the carried state, what was read and now."""
+"""One autoscaling decision: desired replicas from the policy, the carried state, what was read and now.
+
+:func:`decide` composes the HPA controller's named steps (:mod:`kubeforge.autoscaling._steps`:
+read metrics -> desired -> stabilize -> rate-limit -> bound) through small functions, each one
+path of the decision: :func:`_seeded` (the state it starts from), :func:`_hold` (unusable input),
+:func:`_scale` (usable input: :func:`_direct` for the paths past the windows and limits,
+:func:`_paced` for stabilize -> rate-limit -> bound) and :func:`_recorded` (the state it hands on).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,9 @@ from ._policy import AutoscalingPolicy
 from ._signals import Signals
 from ._slo import SLOSizing, SLOStatus, slo_status
 from ._state import AutoscalerState, Direction, _dedupe
-from ._steps import Limit, _num, _replicas, bound, rate_limit, read_metrics, recommend, stabilize
+from ._steps import (
+    Limit, Reading, Recommendation, _num, _replicas, bound, rate_limit, read_metrics, recommend, stabilize,
+)
 
 __all__ = ["Decision", "decide"]
 
@@ -76,6 +85,160 @@ def _check_inputs(current: int, placeable: int | None, now: float) -> None:
         raise ValueError(f"now must be a finite number of unix seconds, got {now!r}")
 
 
+@dataclass(frozen=True)
+class _Course:
+    """What one decision's path settled on, before the state is recorded.
+
+    Attributes:
+        limit: The count and the ``ScalingLimited`` outcome (:class:`Limit`).
+        notes: The sentences of the decision's message, in order.
+        state: The state after the path (the SLO model's measurements remembered).
+        last_active: The new idle clock origin, unix seconds.
+        raw: The recommendation for the stabilization windows (None: nothing usable read).
+        sizing: SLO mode's queue-model outcome.
+        slo: SLO mode's ``SLOMet`` content.
+        inactive: Why the input was unusable (the ``ScalingActive`` message), else None.
+    """
+
+    limit: Limit
+    notes: tuple[str, ...]
+    state: AutoscalerState
+    last_active: float
+    raw: int | None = None
+    sizing: SLOSizing | None = None
+    slo: SLOStatus | None = None
+    inactive: str | None = None
+
+
+def _seeded(policy: AutoscalingPolicy, state: AutoscalerState, current: int, now: float) -> AutoscalerState:
+    """The state a decision starts from: the carried one pruned to the longest window and
+    period; a fresh one (no decision yet) seeded with ``(now, current)`` as the HPA seeds from
+    ``status.desiredReplicas``, so that an operator restart allows no immediate scale-down."""
+    p = policy
+    st = state.pruned(now, p.longest_window_seconds, p.longest_period_seconds)
+    if state.last_decision_time is None:
+        st = replace(st, recommendations=_dedupe(st.recommendations + ((now, current),)))
+    return st
+
+
+def _hold(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState, current: int,
+          placeable: int | None, now: float) -> _Course:
+    """Unusable input: hold ``current`` (moved into ``[min, max]`` when outside), bounded by the
+    pool's capacity only; the idle clock restarts (unknown counts as active) and nothing is
+    recommended for the windows. ``ScalingActive`` False says the count it is held at."""
+    lo, hi = policy.min_replicas, policy.max_replicas
+    held = min(max(current, lo), hi)
+    notes = [f"{reading.problem}; holding {_replicas(current)}"]
+    if held != current:
+        notes.append(f"moving into [minReplicas {lo}, maxReplicas {hi}]: {held}")
+    limit = bound(policy, Limit(held), current, placeable, clamp=False)
+    if limit.message:
+        notes.append(limit.message)
+    # the count the service is held at, not the one it had (a new service at 0 goes to minReplicas)
+    inactive = f"{reading.problem}; scaling paused at {_replicas(limit.desired)}"
+    return _Course(limit, tuple(notes), st, float(now), inactive=inactive)
+
+
+def _direct(policy: AutoscalingPolicy, rec: Recommendation, current: int, placeable: int | None,
+            now: float) -> tuple[Limit, str] | None:
+    """The paths past the windows and step limits, or None: a count out of ``[min, max]`` goes
+    to the bound it broke (the HPA's first check); an idle service goes to zero after
+    ``scale_to_zero_after_seconds`` (KEDA's cooldown); at zero without demand it stays there.
+    Each bounded by the pool's capacity only."""
+    p = policy
+    lo, hi, act = p.min_replicas, p.max_replicas, p.activation_threshold
+    if current > hi or current < lo:
+        target = hi if current > hi else lo
+        note = (f"{_replicas(current)} {'above maxReplicas' if current > hi else 'below minReplicas'} "
+                f"{target}: scaling to {target}")
+    elif rec.to_zero:
+        idle_for = max(0.0, now - rec.last_active)
+        target = 0
+        note = (f"demand at or below the activation threshold {_num(act)} for {_num(idle_for)}s "
+                f"(>= {_num(p.scale_to_zero_after_seconds)}s): scaling to zero")
+    elif rec.stay_zero:
+        target = 0
+        note = f"at zero and demand not above the activation threshold {_num(act)}: staying at zero"
+    else:
+        return None
+    return bound(p, Limit(target), current, placeable, clamp=False), note
+
+
+def _paced(policy: AutoscalingPolicy, reading: Reading, rec: Recommendation, st: AutoscalerState,
+           history: tuple[tuple[float, int], ...], current: int, placeable: int | None,
+           now: float) -> tuple[Limit, list[str]]:
+    """Steps 3 to 5 on the raw recommendation: :func:`stabilize` (the windows over
+    ``history``), :func:`rate_limit` (the step limits; panic mode in queue-depth mode, none
+    up in SLO mode), :func:`bound` (``[min, max]``, then the pool's capacity). With
+    ``min_replicas`` 0 and no demand, the message counts down to scale to zero."""
+    p = policy
+    notes: list[str] = []
+    stab, why = stabilize(p, history, rec.raw, current, now)
+    if why:
+        notes.append(why)
+    limit = rate_limit(p, st, stab, current, now, None if reading.slo else reading.value, reading.slo)
+    if limit.panic:
+        notes.append(f"panic mode: queue above {_num(p.panic_threshold)}x the capacity of "
+                     f"{_replicas(current)}, skipping the scale-up step limit")
+    limit = bound(p, limit, current, placeable)
+    if p.min_replicas == 0 and not rec.active and limit.desired > 0:
+        idle_for = max(0.0, now - rec.last_active)
+        notes.append(f"demand at or below the activation threshold {_num(p.activation_threshold)} for "
+                     f"{_num(idle_for)}s: scale to zero in {_num(p.scale_to_zero_after_seconds - idle_for)}s "
+                     f"unless it rises")
+    return limit, notes
+
+
+def _scale(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState,
+           history: tuple[tuple[float, int], ...], current: int, placeable: int | None, now: float) -> _Course:
+    """Usable input: step 2 (:func:`recommend`: the queue's or the SLO model's count, the
+    activation threshold, scale to zero), the ``SLOMet`` outcome in SLO mode, then either a
+    direct path (:func:`_direct`) or the paced one (:func:`_paced`)."""
+    rec = recommend(policy, reading, st, current, now)
+    if rec.sizing is not None:
+        st = rec.sizing.state
+    notes = [rec.note]
+    slo_out = None
+    if reading.slo and policy.slo is not None and reading.signals is not None:
+        slo_out = slo_status(policy.slo, reading.signals, st.prefill_seconds)
+    direct = _direct(policy, rec, current, placeable, now)
+    if direct is not None:
+        limit, note = direct
+        notes.append(note)
+    else:
+        limit, more = _paced(policy, reading, rec, st, history, current, placeable, now)
+        notes += more
+    if limit.message:
+        notes.append(limit.message)
+    return _Course(limit, tuple(notes), st, rec.last_active, rec.raw, rec.sizing, slo_out)
+
+
+def _recorded(policy: AutoscalingPolicy, course: _Course, history: tuple[tuple[float, int], ...], current: int,
+              now: float) -> AutoscalerState:
+    """The state handed to the next decision, assuming ``course.limit.desired`` is applied: the
+    raw recommendation added to the windows' history, the scale event (for the step limits'
+    periods), the idle clock, the last scale and decision times; pruned."""
+    p, st, desired = policy, course.state, course.limit.desired
+    up_events, down_events = st.scale_up_events, st.scale_down_events
+    last_scale_time, last_scale_direction = st.last_scale_time, st.last_scale_direction
+    if desired > current:
+        up_events = up_events + ((float(now), desired - current),)
+        last_scale_time, last_scale_direction = float(now), "Up"
+    elif desired < current:
+        down_events = down_events + ((float(now), current - desired),)
+        last_scale_time, last_scale_direction = float(now), "Down"
+    return replace(
+        st,
+        recommendations=_dedupe(history + ((float(now), course.raw),)) if course.raw is not None else history,
+        scale_up_events=up_events,
+        scale_down_events=down_events,
+        last_active_time=course.last_active,
+        last_scale_time=last_scale_time,
+        last_scale_direction=last_scale_direction,
+        last_decision_time=float(now),
+    ).pruned(now, p.longest_window_seconds, p.longest_period_seconds)
+
+
 def decide(
     policy: AutoscalingPolicy,
     state: AutoscalerState,
@@ -87,30 +250,22 @@ def decide(
     """Decide how many replicas an InferenceService should run now.
 
     Pure: no clock, no I/O; ``now`` and the previous ``state`` come in, the new state goes out.
-    The steps are the Kubernetes HPA controller's, each a function of
-    :mod:`kubeforge.autoscaling._steps`:
+    The steps are the Kubernetes HPA controller's (:mod:`kubeforge.autoscaling._steps`), each
+    documented where it is done:
 
     1. **Read metrics** (:func:`read_metrics`). Unusable input (``None``, NaN, infinite,
        negative; in SLO mode no queue and no admission rate) holds ``current_replicas``
-       (clamped into ``[min, max]``) with ``ScalingActive`` False, restarts the scale-to-zero
-       idle clock (unknown counts as active), records nothing for the windows.
-    2. **Out of bounds**: ``current > max`` goes to ``max``, ``current < min`` to ``min``
-       straight away (the HPA's first check).
-    3. **Desired** (:func:`recommend`): queue-depth mode ``ceil(queue / targetPerReplica)``
+       (:func:`_hold`), with ``ScalingActive`` False.
+    2. **Desired** (:func:`recommend`): queue-depth mode ``ceil(queue / targetPerReplica)``
        with the tolerance band; SLO mode the queue model's count
-       (:func:`kubeforge.autoscaling._slo.size_for_slo`: M/M/c with Erlang C for the TTFT
-       percentile, the linear ITL model, measured-TTFT feedback). Activation threshold and
-       scale to zero as KEDA: idle (at or below the threshold) for
-       ``scale_to_zero_after_seconds`` with ``min_replicas`` 0 goes to 0 directly, past the
-       windows and limits; until then at least 1.
-    4. **Stabilize** (:func:`stabilize`): HPA ``behavior`` windows (scale up to the lowest
-       recent recommendation, down to the highest). A fresh state is seeded with
-       ``(now, current_replicas)`` as the HPA seeds from ``status.desiredReplicas``, so an
-       operator restart does not allow an immediate scale-down.
-    5. **Rate-limit** (:func:`rate_limit`): one ``Pods`` policy per direction; Knative's
-       panic mode lifts the scale-up limit in queue-depth mode; SLO mode has no scale-up
-       limit (it goes to the model's count in one decision), the scale-down limit holds.
-    6. **Bound** (:func:`bound`): ``[min_replicas, max_replicas]``, then the pool's capacity
+       (:func:`kubeforge.autoscaling._slo.size_for_slo`). A count out of ``[min, max]``,
+       scale to zero after ``scale_to_zero_after_seconds`` idle (KEDA), and staying at zero go
+       there directly, past the windows and limits (:func:`_direct`).
+    3. **Stabilize** (:func:`stabilize`): HPA ``behavior`` windows, over a history seeded with
+       ``(now, current_replicas)`` when the state is fresh (:func:`_seeded`).
+    4. **Rate-limit** (:func:`rate_limit`): one ``Pods`` policy per direction; Knative's
+       panic mode lifts the scale-up limit in queue-depth mode; SLO mode has no scale-up limit.
+    5. **Bound** (:func:`bound`): ``[min_replicas, max_replicas]``, then the pool's capacity
        (never ask for what cannot be placed, never scale down because of it).
 
     Args:
@@ -118,118 +273,34 @@ def decide(
         state: The state returned by the previous decision, or ``AutoscalerState()``.
         current_replicas: Replicas the service has now (asked for, Ready or not), >= 0.
         metric: Queue-depth mode: the total queue, requests (``None`` when unread), or the
-            :class:`Signals` of ``read_signals`` (their ``queue``). SLO mode: the
+            :class:`Signals` of the runtime's metrics source (their ``queue``). SLO mode: the
             :class:`Signals`; a bare number scales on it in queue-depth mode meanwhile.
         now: Current time, unix seconds.
         placeable_replicas: How many replicas **in total** (running ones included) the pool
             can hold right now; ``None`` for unknown or unlimited.
 
     Returns:
-        The :class:`Decision`, with the state for the next call.
+        The :class:`Decision`, with the state for the next call (:func:`_recorded`).
 
     Raises:
         ValueError: When ``current_replicas`` or ``placeable_replicas`` is negative or not an
             integer, or ``now`` is not finite.
     """
     _check_inputs(current_replicas, placeable_replicas, now)
-    p, current = policy, current_replicas
-    lo, hi = p.min_replicas, p.max_replicas
-    st = state.pruned(now, p.longest_window_seconds, p.longest_period_seconds)
-    if state.last_decision_time is None:
-        st = replace(st, recommendations=_dedupe(st.recommendations + ((now, current),)))
-    history = st.recommendations
-
-    reading = read_metrics(p, metric, current)
-    notes: list[str] = [reading.note] if reading.note else []
-    raw: int | None = None
-    sizing, slo_out = None, None
-    limit = Limit(current)
-    if not reading.usable:
-        last_active = float(now)
-        held = min(max(current, lo), hi)
-        notes.append(f"{reading.problem}; holding {_replicas(current)}")
-        if held != current:
-            notes.append(f"moving into [minReplicas {lo}, maxReplicas {hi}]: {held}")
-        limit = bound(p, Limit(held), current, placeable_replicas, clamp=False)
-        # the count the service is held at, not the one it had (a new service at 0 goes to minReplicas)
-        inactive: str | None = f"{reading.problem}; scaling paused at {_replicas(limit.desired)}"
+    current = current_replicas
+    st = _seeded(policy, state, current, now)
+    reading = read_metrics(policy, metric, current)
+    if reading.usable:
+        course = _scale(policy, reading, st, st.recommendations, current, placeable_replicas, now)
     else:
-        inactive = None
-        rec = recommend(p, reading, st, current, now)
-        raw, last_active, sizing = rec.raw, rec.last_active, rec.sizing
-        if sizing is not None:
-            st = sizing.state
-        notes.append(rec.note)
-        if reading.slo and p.slo is not None and reading.signals is not None:
-            slo_out = slo_status(p.slo, reading.signals, st.prefill_seconds)
-        act = p.activation_threshold
-        if current > hi or current < lo:
-            target = hi if current > hi else lo
-            notes.append(f"{_replicas(current)} {'above maxReplicas' if current > hi else 'below minReplicas'} "
-                         f"{target}: scaling to {target}")
-            limit = bound(p, Limit(target), current, placeable_replicas, clamp=False)
-        elif rec.to_zero:
-            idle_for = max(0.0, now - last_active)
-            notes.append(f"demand at or below the activation threshold {_num(act)} for {_num(idle_for)}s "
-                         f"(>= {_num(p.scale_to_zero_after_seconds)}s): scaling to zero")
-            limit = bound(p, Limit(0), current, placeable_replicas, clamp=False)
-        elif rec.stay_zero:
-            notes.append(f"at zero and demand not above the activation threshold {_num(act)}: staying at zero")
-            limit = bound(p, Limit(0), current, placeable_replicas, clamp=False)
-        else:
-            stab, why = stabilize(p, history, raw, current, now)
-            if why:
-                notes.append(why)
-            limit = rate_limit(p, st, stab, current, now, None if reading.slo else reading.value, reading.slo)
-            if limit.panic:
-                notes.append(f"panic mode: queue above {_num(p.panic_threshold)}x the capacity of "
-                             f"{_replicas(current)}, skipping the scale-up step limit")
-            limit = bound(p, limit, current, placeable_replicas)
-            if lo == 0 and not rec.active and limit.desired > 0:
-                idle_for = max(0.0, now - last_active)
-                notes.append(f"demand at or below the activation threshold {_num(act)} for {_num(idle_for)}s: "
-                             f"scale to zero in {_num(p.scale_to_zero_after_seconds - idle_for)}s unless it rises")
-        if limit.message:
-            notes.append(limit.message)
-    if not reading.usable and limit.message:
-        notes.append(limit.message)
-
-    desired = limit.desired
+        course = _hold(policy, reading, st, current, placeable_replicas, now)
+    limit, desired = course.limit, course.limit.desired
     direction: Direction | None = "Up" if desired > current else "Down" if desired < current else None
-    notes.append(f"desired {desired}")
-    up_events, down_events = st.scale_up_events, st.scale_down_events
-    last_scale_time, last_scale_direction = st.last_scale_time, st.last_scale_direction
-    if direction == "Up":
-        up_events = up_events + ((float(now), desired - current),)
-    elif direction == "Down":
-        down_events = down_events + ((float(now), current - desired),)
-    if direction is not None:
-        last_scale_time, last_scale_direction = float(now), direction
-    new_state = replace(
-        st,
-        recommendations=_dedupe(history + ((float(now), raw),)) if raw is not None else history,
-        scale_up_events=up_events,
-        scale_down_events=down_events,
-        last_active_time=last_active,
-        last_scale_time=last_scale_time,
-        last_scale_direction=last_scale_direction,
-        last_decision_time=float(now),
-    ).pruned(now, p.longest_window_seconds, p.longest_period_seconds)
+    notes = ((reading.note,) if reading.note else ()) + course.notes + (f"desired {desired}",)
     return Decision(
-        desired=desired,
-        state=new_state,
-        reason="; ".join(notes),
-        direction=direction,
-        limited=limit.message is not None,
-        limited_reason=limit.message,
-        scaling_active=reading.usable,
-        inactive_reason=inactive,
-        active_condition_reason=reading.active_reason,
-        limited_condition_reason=limit.reason,
-        recommendation=raw,
-        panic=limit.panic,
-        slo_mode=reading.slo,
-        slo=slo_out,
-        sizing=sizing,
-        scale_down_count=max(0, current - desired),
+        desired=desired, state=_recorded(policy, course, st.recommendations, current, now), reason="; ".join(notes),
+        direction=direction, limited=limit.message is not None, limited_reason=limit.message,
+        scaling_active=reading.usable, inactive_reason=course.inactive, active_condition_reason=reading.active_reason,
+        limited_condition_reason=limit.reason, recommendation=course.raw, panic=limit.panic, slo_mode=reading.slo,
+        slo=course.slo, sizing=course.sizing, scale_down_count=max(0, current - desired),
     )

@@ -60,6 +60,166 @@ class SLOSizing:
     state: AutoscalerState
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """Steps 1 to 3 of :func:`size_for_slo`: what the model sizes with, from one poll and the
+    carried state.
+
+    Attributes:
+        q: The percentile as a quantile, in (0, 1).
+        queued: Requests waiting (engines' + activator's held).
+        lam: Arrival rate, requests/s (demand plus the backlog over one window).
+        s: Mean time a request runs, s, or None (never measured).
+        prefill: The prefill percentile, s, or None.
+        per_replica: Requests running per reporting replica now, or None.
+        k: Requests one replica runs at once (M/M/c servers per replica), or None.
+        k_itl: Most running requests per replica that keep the ITL target, or None.
+        budget: TTFT target minus the prefill percentile, s (None without a TTFT target).
+        state: The carried state with this poll's measurements remembered.
+    """
+
+    q: float
+    queued: float
+    lam: float
+    s: float | None
+    prefill: float | None
+    per_replica: float | None
+    k: float | None
+    k_itl: float | None
+    budget: float | None
+    state: AutoscalerState
+
+
+def _arrival_rate(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: float) -> tuple[float, float]:
+    """Step 1, demand: ``(lambda, queued)``. What the replicas admit now (``irate``, else the
+    window's ``rate``) plus the queue's growth since the last decision (trusted over at most
+    one window), plus the backlog (engines' waiting + the activator's held) over one window."""
+    v = signals.value
+    queued = signals.queued or 0.0
+    growth = None
+    if state.queue_sample is not None:
+        t0, q0 = state.queue_sample
+        if 0 < now - t0 <= _GROWTH_MAX_WINDOWS * slo.window_seconds:
+            growth = (queued - q0) / (now - t0)
+    steady = v("admission_rate") or 0.0
+    recent = v("admission_rate_recent")
+    # what the replicas admit now plus what they did not keep up with since the last decision
+    demand = max(0.0, (recent if recent is not None else steady) + (growth or 0.0))
+    return demand + queued / slo.window_seconds, queued
+
+
+def _service_time(signals: Signals, state: AutoscalerState) -> tuple[float | None, float | None]:
+    """Step 2: ``(S, prefill)``. ``S`` by Little's law over the window (mean running requests /
+    admission rate), else the finished requests' mean running time, else the last measured;
+    the prefill percentile, else the last measured."""
+    v = signals.value
+    steady = v("admission_rate") or 0.0
+    steady_rm = v("running_mean")
+    if steady_rm and steady > 0:
+        s = steady_rm / steady  # Little's law over the window: running requests / admission rate
+    else:
+        s = v("service_seconds") or state.service_seconds
+    prefill = v("prefill") if v("prefill") is not None else state.prefill_seconds
+    return s, prefill
+
+
+def _concurrency(signals: Signals, state: AutoscalerState) -> tuple[float | None, float | None, float | None]:
+    """Step 3: ``(k, k_cap, per_replica)``. ``k`` is ``running per replica / KV usage`` (what a
+    replica holds when its KV cache is full; only from :data:`KV_USAGE_MIN` usage), capped by
+    ``k_cap``, the most requests seen running on a replica that queues (remembered)."""
+    v = signals.value
+    replicas = v("replicas") or 0.0
+    running = v("running")
+    per_replica = running / replicas if running is not None and replicas > 0 else None
+    seen = v("saturated_running")
+    k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
+    kv = v("kv_cache_usage")
+    k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
+    k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
+    return k, k_cap, per_replica
+
+
+def _measure(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: float) -> _Measured:
+    """Steps 1 to 3 (:func:`_arrival_rate`, :func:`_service_time`, :func:`_concurrency`), the
+    linear ITL fit updated with this poll's ITL at this poll's running per replica, and the
+    ITL bound and TTFT wait budget the counts need; the state remembers the measurements."""
+    lam, queued = _arrival_rate(slo, signals, state, now)
+    s, prefill = _service_time(signals, state)
+    k, k_cap, per_replica = _concurrency(signals, state)
+    fit_sums, fit_time = state.itl_fit, state.itl_fit_time
+    itl = signals.value("itl")
+    if per_replica is not None and itl is not None and itl > 0:
+        fit_sums, fit_time = update_itl_fit(state.itl_fit, state.itl_fit_time, now, per_replica, itl), now
+    new_state = replace(state, queue_sample=(float(now), float(queued)), service_seconds=s,
+                        prefill_seconds=prefill, concurrency=k_cap, itl_fit=fit_sums, itl_fit_time=fit_time)
+    k_itl = None
+    if slo.itl_seconds is not None:
+        k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
+    budget = None if slo.ttft_seconds is None else slo.ttft_seconds - (prefill or 0.0)
+    return _Measured(slo.percentile / 100.0, queued, lam, s, prefill, per_replica, k, k_itl, budget, new_state)
+
+
+def _count(slo: SLOPolicy, m: _Measured, rate: float, max_replicas: int) -> int:
+    """Steps 4 and 5 at arrival ``rate``: the fewest replicas whose M/M/c wait quantile fits the
+    TTFT budget, and at least ``ceil(rate * S / k_itl)`` for the ITL target (``max_replicas +
+    1`` when even ``max_replicas`` cannot)."""
+    assert m.s
+    n = 1
+    if slo.ttft_seconds is not None and m.k is not None:
+        n_ttft = replicas_for_wait(rate, m.s, m.k, m.budget or 0.0, m.q, max_replicas)
+        n = max_replicas + 1 if n_ttft is None else max(n, n_ttft)
+    if m.k_itl is not None:
+        n = max(n, math.ceil(rate * m.s / m.k_itl - 1e-9) if m.k_itl > 0 else max_replicas + 1)
+    return n
+
+
+def _within_tolerance(slo: SLOPolicy, m: _Measured, current: int, max_replicas: int,
+                      tolerance: float) -> tuple[int, bool]:
+    """Steps 4 to 6: ``(needed, banded)``, the count at ``lambda``, or ``current`` (banded) when
+    it lies between the counts at ``lambda * (1 - tolerance)`` and ``lambda * (1 + tolerance)``."""
+    needed = _count(slo, m, m.lam, max_replicas)
+    if (tolerance > 0 and needed != current
+            and _count(slo, m, m.lam * (1 - tolerance), max_replicas) <= current
+            <= _count(slo, m, m.lam * (1 + tolerance), max_replicas)):
+        return current, True
+    return needed, False
+
+
+def _feedback(slo: SLOPolicy, signals: Signals, state: AutoscalerState, m: _Measured, needed: int, current: int,
+              now: float) -> tuple[int, bool, AutoscalerState]:
+    """Step 7: ``(needed, breach, state)``. The measured TTFT above target with requests queued,
+    a positive budget, every replica asked for reporting and the model asking for no more than
+    ``current`` raise ``needed`` to ``current + 1``, at most once per window (remembered)."""
+    ttft, last = signals.value("ttft"), state.breach_time
+    replicas = signals.value("replicas") or 0.0
+    if (slo.ttft_seconds is not None and ttft is not None and ttft > slo.ttft_seconds and m.queued > 0
+            and (m.budget or 0) > 0 and needed <= current and replicas >= current
+            and (last is None or now - last >= slo.window_seconds)):
+        return current + 1, True, replace(m.state, breach_time=float(now))
+    return needed, False, m.state
+
+
+def _message(slo: SLOPolicy, m: _Measured, needed: int, banded: bool, tolerance: float, predicted: float | None,
+             breach: bool, ttft: float | None, current: int) -> str:
+    """The sentence of one sizing: arrivals x running time, the per-replica capacities, the
+    count, the tolerance band, the predicted TTFT, the measured breach."""
+    assert m.s is not None
+    parts = [f"arrivals {_num(m.lam)}/s x {_num(m.s)}s running = {_num(m.lam * m.s)} requests in service"]
+    if m.k is not None:
+        parts.append(f"{_num(m.k)} per replica")
+    if m.k_itl is not None:
+        parts.append(f"at most {_num(m.k_itl)} per replica for the ITL target")
+    msg = ", ".join(parts) + f": the queue model needs {needed}"
+    if banded:
+        msg += f" (within the {tolerance * 100:g}% tolerance on arrivals)"
+    if predicted is not None:
+        msg += f" (predicted p{slo.percentile:g} TTFT {_num(predicted)}s)"
+    if breach:
+        msg += (f"; measured p{slo.percentile:g} TTFT {_num(ttft)}s above target with requests queued: "
+                f"at least {current + 1}")
+    return msg
+
+
 def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, current: int, max_replicas: int,
                  now: float, tolerance: float = 0.0) -> SLOSizing:
     """The replicas the SLO needs, from the M/M/c model (:mod:`kubeforge.autoscaling._queue_model`).
@@ -102,92 +262,21 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     Returns:
         The :class:`SLOSizing`.
     """
-    q = slo.percentile / 100.0
-    v = signals.value
-    queued = signals.queued or 0.0
-    growth = None
-    if state.queue_sample is not None:
-        t0, q0 = state.queue_sample
-        if 0 < now - t0 <= _GROWTH_MAX_WINDOWS * slo.window_seconds:
-            growth = (queued - q0) / (now - t0)
-    steady = v("admission_rate") or 0.0
-    recent = v("admission_rate_recent")
-    # what the replicas admit now plus what they did not keep up with since the last decision
-    demand = max(0.0, (recent if recent is not None else steady) + (growth or 0.0))
-    lam = demand + queued / slo.window_seconds
-
-    steady_rm = v("running_mean")
-    if steady_rm and steady > 0:
-        s = steady_rm / steady  # Little's law over the window: running requests / admission rate
-    else:
-        s = v("service_seconds") or state.service_seconds
-    prefill = v("prefill") if v("prefill") is not None else state.prefill_seconds
-    replicas = v("replicas") or 0.0
-    running = v("running")
-    per_replica = running / replicas if running is not None and replicas > 0 else None
-    seen = v("saturated_running")
-    k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
-    kv = v("kv_cache_usage")
-    k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
-    k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
-
-    fit_sums, fit_time = state.itl_fit, state.itl_fit_time
-    itl = v("itl")
-    if per_replica is not None and itl is not None and itl > 0:
-        fit_sums, fit_time = update_itl_fit(state.itl_fit, state.itl_fit_time, now, per_replica, itl), now
-    new_state = replace(state, queue_sample=(float(now), float(queued)), service_seconds=s,
-                        prefill_seconds=prefill, concurrency=k_cap, itl_fit=fit_sums, itl_fit_time=fit_time)
-
-    k_itl = None
-    if slo.itl_seconds is not None:
-        k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
-    budget = None if slo.ttft_seconds is None else slo.ttft_seconds - (prefill or 0.0)
-
-    def out(needed, predicted=None, breach=False, msg="", st=None):
-        return SLOSizing(needed, lam, s, k, k_itl, budget, predicted, breach, msg, st or new_state)
-
-    if lam <= 0:
-        return out(0, msg="no requests arrive or wait: no replica needed for the SLO")
-    if not s or (k is None and (k_itl is None or slo.ttft_seconds is not None)):
-        return out(None, msg=f"arrivals {_num(lam)}/s but no service time or replica capacity measured yet")
-    a = lam * s
-
-    def count(rate: float) -> int:
-        n = 1
-        if slo.ttft_seconds is not None and k is not None:
-            n_ttft = replicas_for_wait(rate, s, k, budget or 0.0, q, max_replicas)
-            n = max_replicas + 1 if n_ttft is None else max(n, n_ttft)
-        if k_itl is not None:
-            n = max(n, math.ceil(rate * s / k_itl - 1e-9) if k_itl > 0 else max_replicas + 1)
-        return n
-
-    needed, predicted, banded = count(lam), None, False
-    if tolerance > 0 and needed != current and count(lam * (1 - tolerance)) <= current <= count(lam * (1 + tolerance)):
-        needed, banded = current, True
-    if k is not None and needed <= max_replicas:
-        c = max(1, int(math.floor(needed * k + 1e-9)))
-        predicted = wait_quantile(c, a, s, q) + (prefill or 0.0)
-    breach = False
-    ttft = v("ttft")
-    last = state.breach_time
-    if (slo.ttft_seconds is not None and ttft is not None and ttft > slo.ttft_seconds and queued > 0
-            and (budget or 0) > 0 and needed <= current and replicas >= current
-            and (last is None or now - last >= slo.window_seconds)):
-        needed, breach = current + 1, True
-        new_state = replace(new_state, breach_time=float(now))
-    parts = [f"arrivals {_num(lam)}/s x {_num(s)}s running = {_num(a)} requests in service"]
-    if k is not None:
-        parts.append(f"{_num(k)} per replica")
-    if k_itl is not None:
-        parts.append(f"at most {_num(k_itl)} per replica for the ITL target")
-    msg = ", ".join(parts) + f": the queue model needs {needed}"
-    if banded:
-        msg += f" (within the {tolerance * 100:g}% tolerance on arrivals)"
-    if predicted is not None:
-        msg += f" (predicted p{slo.percentile:g} TTFT {_num(predicted)}s)"
-    if breach:
-        msg += f"; measured p{slo.percentile:g} TTFT {_num(ttft)}s above target with requests queued: at least {current + 1}"
-    return out(needed, predicted, breach, msg, new_state)
+    m = _measure(slo, signals, state, now)
+    if m.lam <= 0:
+        return SLOSizing(0, m.lam, m.s, m.k, m.k_itl, m.budget, None, False,
+                         "no requests arrive or wait: no replica needed for the SLO", m.state)
+    if not m.s or (m.k is None and (m.k_itl is None or slo.ttft_seconds is not None)):
+        return SLOSizing(None, m.lam, m.s, m.k, m.k_itl, m.budget, None, False,
+                         f"arrivals {_num(m.lam)}/s but no service time or replica capacity measured yet", m.state)
+    needed, banded = _within_tolerance(slo, m, current, max_replicas, tolerance)
+    predicted = None
+    if m.k is not None and needed <= max_replicas:
+        c = max(1, int(math.floor(needed * m.k + 1e-9)))
+        predicted = wait_quantile(c, m.lam * m.s, m.s, m.q) + (m.prefill or 0.0)
+    needed, breach, new_state = _feedback(slo, signals, state, m, needed, current, now)
+    msg = _message(slo, m, needed, banded, tolerance, predicted, breach, signals.value("ttft"), current)
+    return SLOSizing(needed, m.lam, m.s, m.k, m.k_itl, m.budget, predicted, breach, msg, new_state)
 
 
 @dataclass(frozen=True)
