@@ -88,17 +88,19 @@ def groups_status(svc: InferenceServiceRecord, ctx: ServingContext,
         ``NoReadyReplicas`` with the first group's message or admission's wait, ``InvalidSpec``
         with its Warning once) and ``ReplicaGroupFailed``.
     """
-    rows = [group_status(g, pod_name(svc.name, g.index, 0, g.attempt)) for g in sorted(groups.values(), key=lambda g: g.index)]
+    rows = [group_status(g, pod_name(svc.name, g.index, 0, g.attempt))
+            for g in sorted(groups.values(), key=lambda g: g.index)]
     ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None)
     holding = sum(1 for g in groups.values() if g.holds)
     failed = [g for g in groups.values() if g.phase == FAILED]
     conds, events = _ready_condition(svc, ctx, groups, ready, svc.status.get("conditions"))
+    gen = svc.generation
     if failed:
         conds = set_condition(conds, REPLICA_GROUP_FAILED, True, REPLICA_GROUP_FAILED,
-                              "; ".join(g.message or f"group {g.index} failed" for g in failed), ctx.now, svc.generation)
+                              "; ".join(g.message or f"group {g.index} failed" for g in failed), ctx.now, gen)
     else:
-        conds = set_condition(conds, REPLICA_GROUP_FAILED, False, NO_FAILED_GROUPS, "every group is within its restarts",
-                              ctx.now, svc.generation)
+        conds = set_condition(conds, REPLICA_GROUP_FAILED, False, NO_FAILED_GROUPS,
+                              "every group is within its restarts", ctx.now, gen)
     out: dict[str, Any] = {"groups": rows, "replicas": holding, "readyReplicas": ready, "conditions": conds}
     if ctx.shape is not None:
         out["nodesPerReplica"] = ctx.shape.pods
