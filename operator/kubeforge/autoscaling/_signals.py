@@ -1,4 +1,5 @@
-"""What the autoscaler reads about one service in one poll, as plain data (filled by ``prometheus.read_signals``)."""
+"""What the autoscaler reads about one service in one poll, as plain data (filled by the runtime's metrics source:
+:func:`kubeforge.runtime.prometheus_http.read_signals`)."""
 
 from __future__ import annotations
 

@@ -136,8 +136,8 @@ def with_held(queue: QueryResult, held: QueryResult) -> QueryResult:
     failed held query leaves the queue as read.
 
     Args:
-        queue: The service's queue metric (:func:`query_scalar` of its query).
-        held: :func:`query_scalar` of :data:`HELD_QUERY`.
+        queue: The service's queue metric (the answer to its query).
+        held: The answer to :data:`HELD_QUERY`.
 
     Returns:
         The combined :class:`QueryResult`.
