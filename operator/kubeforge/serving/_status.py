@@ -12,7 +12,7 @@ HPA writes its ``ScalingActive`` / ``ScalingLimited`` conditions, ``desiredRepli
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from kubeforge.api import GroupPhase
 from kubeforge.autoscaling import Decision
@@ -25,12 +25,25 @@ from kubeforge.objects import (
     REPLICAS_READY, SCALED, SCALED_TO_ZERO, WARNING, GroupRecord, InferenceServiceRecord, condition,
 )
 
-if TYPE_CHECKING:
-    from kubeforge.serving._plan import ServingContext
-
 __all__ = ["ScalingOutcome", "group_status", "groups_status", "scaling_events", "scaling_status"]
 
 Event = tuple[str, str, str]
+
+
+class _Context(Protocol):
+    """What the groups' part reads of :class:`kubeforge.serving.ServingContext` (read-only)."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def desired(self) -> int: ...
+    @property
+    def shape(self) -> Any: ...
+    @property
+    def shape_error(self) -> str | None: ...
+    @property
+    def waiting(self) -> tuple[str, str] | None: ...
+
 READY, FAILED, DRAINING_PHASE = GroupPhase.READY.value, GroupPhase.FAILED.value, GroupPhase.DRAINING.value
 
 
@@ -52,7 +65,7 @@ def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
     return out
 
 
-def _ready_condition(svc: InferenceServiceRecord, ctx: ServingContext, groups: Mapping[int, GroupRecord],
+def _ready_condition(svc: InferenceServiceRecord, ctx: _Context, groups: Mapping[int, GroupRecord],
                      ready: int, conds: Any) -> tuple[Any, list[Event]]:
     """``Ready`` set on ``conds``, and the InvalidSpec Warning when the shape error is new."""
     gen, events = svc.generation, []
@@ -73,13 +86,14 @@ def _ready_condition(svc: InferenceServiceRecord, ctx: ServingContext, groups: M
                          ctx.now, gen), events
 
 
-def groups_status(svc: InferenceServiceRecord, ctx: ServingContext,
+def groups_status(svc: InferenceServiceRecord, ctx: _Context,
                   groups: Mapping[int, GroupRecord]) -> tuple[dict[str, Any], list[Event]]:
     """The groups' part of the status patch, and its Events.
 
     Args:
         svc: The service (spec parsed, not None), with the status the plan acts on.
-        ctx: The plan's context (clock, desired count, shape, admission's wait).
+        ctx: The plan's :class:`~kubeforge.serving.ServingContext` (clock, desired count,
+            shape, admission's wait).
         groups: The groups after this decision, by index.
 
     Returns:
