@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 
 from kubeforge.objects import Pod
-from kubeforge.progress import status_path
+from kubeforge.progress import Report, status_path
 from kubeforge.runtime import status_auth, status_server
 from kubeforge.runtime.client import ApiError
-from kubeforge.runtime.state import Options
+from kubeforge.runtime.state import Options, Runtime
 from kubeforge.runtime.status_book import ReportBook
 from kubeforge.runtime.status_server import StatusServer
 from kubeforge.runtime.status_tls import covers, make_cert, serving_cert
@@ -105,6 +105,7 @@ class FakeRuntime:
     leading: asyncio.Event = field(default_factory=asyncio.Event)
     jobs: FakeQueue = field(default_factory=FakeQueue)
     status_ca: str | None = None
+    progress_interval = Runtime.progress_interval
 
 
 def worker(rank: int, attempt: int = 1, phase: str = "Running") -> Pod:
@@ -295,3 +296,13 @@ def test_the_tls_secret_is_made_once_shared_and_renewed_with_the_same_ca():
     run(go())
     assert status_server.server_hosts("https://kubeforge-status.kf.svc:8443") == [
         "kubeforge-status.kf.svc", "localhost", "127.0.0.1"]
+
+
+def test_the_progress_interval_grows_past_the_write_budget():
+    rt = FakeRuntime(options=Options(progress_write_seconds=30, progress_writes_per_second=10))
+    assert rt.progress_interval() == 30
+    for i in range(1000):
+        rt.reports.put(("ns", f"j{i}"), Report(received=0.0))
+    assert rt.progress_interval() == 100  # 1,000 reporting jobs, 10 writes a second in all
+    rt.options.progress_writes_per_second = 0
+    assert rt.progress_interval() == 30

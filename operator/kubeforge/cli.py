@@ -65,12 +65,14 @@ def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Give worker pods the projected token, the CA and KUBEFORGE_STATUS_* / KUBEFLOW_TRAINER_STATUS_*.")
 @click.option("--progress-write-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0.0),
               help="The least seconds between two writes of a job's status.progress from its workers' reports.")
+@click.option("--progress-writes-per-second", default=10.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="The most progress writes a second, all jobs together (each job's interval grows beyond it); 0: no bound.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
         activator_service: tuple[str, str] | None, status_address: str, status_url: str,
         status_tls_secret: tuple[str, str] | None, worker_reporting: bool, progress_write_seconds: float,
-        verbose: bool) -> None:
+        progress_writes_per_second: float, verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -96,7 +98,8 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
                                  activator_service=activator_service, namespaces=tuple(namespaces),
                                  status_address=status_address, status_url=status_url.rstrip("/"),
                                  status_tls_secret=status_tls_secret, worker_reporting=worker_reporting,
-                                 progress_write_seconds=progress_write_seconds))
+                                 progress_write_seconds=progress_write_seconds,
+                                 progress_writes_per_second=progress_writes_per_second))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,

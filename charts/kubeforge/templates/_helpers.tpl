@@ -89,6 +89,7 @@ app.kubernetes.io/component: operator
 - --status-url=https://{{ include "kubeforge.statusName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.status.port }}
 - --status-tls-secret={{ .Release.Namespace }}/{{ include "kubeforge.statusName" . }}-tls
 - --progress-write-seconds={{ .Values.status.progressWriteSeconds }}
+- --progress-writes-per-second={{ .Values.status.progressWritesPerSecond }}
 {{- if not .Values.status.workerReporting }}
 - --no-worker-reporting
 {{- end }}

@@ -17,6 +17,11 @@ from kubeforge.runtime.events import EventSink, ObjectRef
 from kubeforge.runtime.metrics_source import MetricsSource, PrometheusSource
 from kubeforge.runtime.status_book import ReportBook
 
+PROGRESS_WRITES_PER_SECOND = 10.0
+"""Default of :attr:`Options.progress_writes_per_second`: 1,000 jobs reporting get a progress
+write every 100 s each, and the API server 10 status writes a second for all of them
+(``make bench-reporting``)."""
+
 POD_EVENT_BATCH_SECONDS = 1.0
 """Seconds within which a change of a TrainingJob's pod brings its reconcile
 (:meth:`Runtime.queue_job_batched`): every change inside the window is decided on together.
@@ -53,6 +58,9 @@ class Options:
             ``KUBEFLOW_TRAINER_STATUS_*`` environment (``--no-worker-reporting`` turns it off).
         progress_write_seconds: The least seconds between two writes of a job's
             ``status.progress`` (:data:`kubeforge.lifecycle.PROGRESS_WRITE_SECONDS`).
+        progress_writes_per_second: The most progress writes a second, all jobs together: with
+            more reporting jobs than ``progress_write_seconds`` x this, each job's interval grows
+            (:meth:`Runtime.progress_interval`), so reports never cost more status writes than this.
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -67,6 +75,7 @@ class Options:
     status_tls_secret: tuple[str, str] | None = None
     worker_reporting: bool = True
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS
+    progress_writes_per_second: float = PROGRESS_WRITES_PER_SECOND
 
     def reporting_config(self) -> ReportingConfig | None:
         """What worker pods get to report (:mod:`kubeforge.builders.reporting`), or None when
@@ -123,6 +132,15 @@ class Runtime:
     status_server: Any = None
     status_ca: str | None = None
     status_ca_written: dict[str, str] = field(default_factory=dict)
+
+    def progress_interval(self) -> float:
+        """Seconds between two progress writes of one job now: ``--progress-write-seconds``, or
+        longer when more jobs report than ``--progress-writes-per-second`` allows at that pace
+        (the jobs with a report in :attr:`reports` / the budget)."""
+        opts = self.options
+        if opts.progress_writes_per_second <= 0:
+            return opts.progress_write_seconds
+        return max(opts.progress_write_seconds, len(self.reports) / opts.progress_writes_per_second)
 
     def reporting(self) -> ReportingConfig | None:
         """What this process's worker pods get to report: :meth:`Options.reporting_config` once

@@ -31,10 +31,11 @@ REFUSED_SECONDS = 10.0
 """How long a refused token's verdict is kept."""
 CACHE_ENTRIES = 50_000
 """Verdicts kept at most (the least recently used go first)."""
-REVIEWS_PER_SECOND = 20.0
+REVIEWS_PER_SECOND = 50.0
 """TokenReviews this process sends per second at most, all jobs together."""
 REVIEW_BURST = 200.0
-"""... and at once (a restart of the operator finds every running job's token new)."""
+"""... and at once (a restart of the operator finds every running job's token new: 1,000 jobs'
+tokens are all verified within 20 s; the others meanwhile get 429 and report again later)."""
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 

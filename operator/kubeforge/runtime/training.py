@@ -110,7 +110,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
         preempted_by=rt.cache.handoffs.stop_request(key),
         domain_cliques=domain_cliques(rt, view, placement or assumed, job),
         compute_domains=tuple(rt.cache.job_compute_domains(key)),
-        report=rt.reports.get(key), report_write_seconds=rt.options.progress_write_seconds,
+        report=rt.reports.get(key), report_write_seconds=rt.progress_interval(),
     )
 
 
