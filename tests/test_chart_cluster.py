@@ -167,6 +167,10 @@ def test_upgrade_then_uninstall_leaves_nothing_but_crds(cluster, namespace):
             f"deployment.apps/{rel}-kubeforge-activator",
             f"service/{rel}-kubeforge-activator",
             f"poddisruptionbudget.policy/{rel}-kubeforge-activator",
+            # the workers' status endpoint (status.enabled): its Service and the Role on its TLS Secret
+            f"service/{rel}-kubeforge-status",
+            f"role.rbac.authorization.k8s.io/{rel}-kubeforge-status-tls",
+            f"rolebinding.rbac.authorization.k8s.io/{rel}-kubeforge-status-tls",
         }
     finally:
         helm(cluster, "uninstall", rel, "--namespace", ns, "--wait", check=False)
