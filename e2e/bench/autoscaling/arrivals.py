@@ -16,7 +16,7 @@ from pathlib import Path
 from kubeforge.sim.modelserver import Request, ServiceModel, make_request
 
 __all__ = ["DAY_S", "MODEL", "NIGHT_FRACTION", "PEAK_HOUR", "cold_ramp", "day_arrivals", "diurnal_fraction",
-           "superpose", "trace_requests"]
+           "step_stream", "superpose", "trace_requests"]
 
 #: The replica every autoscaler scales, assumed (not measured): a large model on one
 #: tensor-parallel group. Prompts prefill at 8,000 tokens/s after 50 ms; decoding takes 50 ms
@@ -134,6 +134,18 @@ def cold_ramp(trace: list[tuple[float, int, int]], rate: float, seconds: float, 
         _, c, g = trace[rng.randrange(len(trace))]
         i += 1
         out.append(make_request(model, t, c, g, i))
+
+
+def step_stream(trace: list[tuple[float, int, int]], base: float, rate: float, step_at: float, seconds: float,
+                tail: float, model: ServiceModel = MODEL, seed: int = 1) -> list[Request]:
+    """A steady Poisson stream of ``base`` requests/s from time 0 that steps up to ``rate`` for
+    ``seconds`` from ``step_at``, then back to ``base`` for ``tail`` s; sizes drawn from the
+    trace (:func:`cold_ramp`'s). The sum of two Poisson streams is Poisson at the summed rate,
+    so the step is ``base`` over the whole run plus ``rate - base`` during the step."""
+    whole = cold_ramp(trace, base, step_at + seconds + tail, model, seed, start=0.0) if base > 0 else []
+    extra = cold_ramp(trace, rate - base, seconds, model, seed + 1, start=step_at) if rate > base else []
+    out = sorted(whole + extra, key=lambda r: r.arrival)
+    return [Request(r.arrival, r.prefill, r.tokens, r.context, i + 1) for i, r in enumerate(out)]
 
 
 def load_rows(path: Path) -> list[tuple[float, int, int]]:

@@ -1,19 +1,18 @@
-"""The autoscaling benchmark's figures: the table per run, the static reference, issue 14's
-targets for kubeforge SLO, and the PNG of replicas and p90 TTFT over time."""
+"""The autoscaling benchmark's figures: the table of every row at its default setting, the
+cheapest static count, and issue 14's targets for kubeforge SLO (queue wait, reversals, aborts)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from kubeforge.sim.modelserver import Request, percentile
 
 from e2e.bench.autoscaling.arrivals import MODEL
-from e2e.bench.autoscaling.replay import DRAIN_S, STARTUP_S, Result, replay
+from e2e.bench.autoscaling.replay import DRAIN_S, Result, replay
 from e2e.bench.autoscaling.scalers import Bounds
-from e2e.bench.lib.plots import pyplot
+from e2e.bench.autoscaling.starts import StartTimes
 
-__all__ = ["fmt", "plot", "static_reference", "table", "targets"]
+__all__ = ["fmt", "static_reference", "table", "targets"]
 
 
 def fmt(x: float, unit: str = "s") -> str:
@@ -21,21 +20,28 @@ def fmt(x: float, unit: str = "s") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}{unit}"
 
 
-def table(results: list[Result], ttft: float) -> None:
-    """One row per autoscaler."""
+def table(results: list[Result], ttft: float, oracle: Result | None = None) -> None:
+    """One row per autoscaler at its default setting (then the oracle), with its cost against the oracle's."""
     head = (f"{'autoscaler':44} {'TTFT<=' + format(ttft, 'g') + 's':>9} {'minutes':>8} {'GPU rep-min':>11} "
-            f"{'reversals':>9} {'wait p50':>8} {'wait p95':>8} {'aborted':>7} {'max':>4}")
+            f"{'x oracle':>8} {'reversals':>9} {'wait p95':>8} {'aborted':>7} {'max':>4} {'starts':>6}")
     print(head)
     print("-" * len(head))
-    for r in results:
+    for r in results + ([oracle] if oracle is not None else []):
+        x = f"{r.replica_seconds / oracle.replica_seconds:.2f}x" if oracle is not None and oracle.replica_seconds else "n/a"
         print(f"{r.name:44} {r.attainment(ttft):>9.2%} {r.minutes_attained(ttft):>8.1%} "
-              f"{r.replica_seconds / 60:>11.0f} {r.reversals:>9} {fmt(percentile(r.waits, 50)):>8} "
-              f"{fmt(percentile(r.waits, 95)):>8} {r.aborted:>7} {r.max_replicas:>4}")
+              f"{r.replica_seconds / 60:>11.0f} {x:>8} {r.reversals:>9} {fmt(percentile(r.waits, 95)):>8} "
+              f"{r.aborted:>7} {r.max_replicas:>4} {sum(r.starts.values()):>6}")
+    for r in results:
+        if r.diagnostics:
+            print(f"  {r.name}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.diagnostics.items())
+                  + " (the requests one replica runs at once, as its queue model took it)")
 
 
-def static_reference(arrivals: list[Request], end: float, b: Bounds, ttft: float, goal: float = 0.99) -> tuple[int, Result] | None:
+def static_reference(arrivals: list[Request], end: float, b: Bounds, ttft: float, goal: float = 0.99,
+                     starts: StartTimes | None = None, hint: int | None = None) -> tuple[int, Result] | None:
     """The fewest replicas that, held from the start with no autoscaler, reach ``goal``
-    attainment (bisection over 1..max_replicas); ``None`` when even the maximum does not."""
+    attainment (bisection over 1..max_replicas, or a walk from ``hint``); ``None`` when even
+    the maximum does not."""
 
     class Static:
         drain, name = True, "static"
@@ -44,10 +50,12 @@ def static_reference(arrivals: list[Request], end: float, b: Bounds, ttft: float
             return None
 
     def attain(n: int) -> Result:
-        r = replay(Static(), arrivals, end, n, True, MODEL)
-        r.name = f"static {n} replicas (reference, no autoscaler)"
+        r = replay(Static(), arrivals, end, n, True, MODEL, starts)
+        r.name, r.knob = f"static {n} replicas (no autoscaler)", f"{n} replicas"
         return r
 
+    if hint is not None and 1 <= hint <= b.max_replicas:
+        return _walk(attain, hint, b.max_replicas, ttft, goal)
     hi = attain(b.max_replicas)
     if hi.attainment(ttft) < goal:
         return None
@@ -60,6 +68,22 @@ def static_reference(arrivals: list[Request], end: float, b: Bounds, ttft: float
         else:
             lo_n = mid
     return hi_n, best
+
+
+def _walk(attain, n: int, top: int, ttft: float, goal: float) -> tuple[int, Result] | None:
+    """From a guess ``n``: up until ``goal`` is reached, then down while it still is."""
+    r = attain(n)
+    while r.attainment(ttft) < goal:
+        if n >= top:
+            return None
+        n += 1
+        r = attain(n)
+    while n > 1:
+        lower = attain(n - 1)
+        if lower.attainment(ttft) < goal:
+            break
+        n, r = n - 1, lower
+    return n, r
 
 
 def targets(results: list[Result], ttft: float, static: tuple[int, Result] | None = None) -> list[tuple[str, bool | None, str]]:
@@ -76,7 +100,7 @@ def targets(results: list[Result], ttft: float, static: tuple[int, Result] | Non
     if att < 0.99:
         share = kf.starting_share(ttft)
         why = (f"; {share:.0%} of the misses arrived while replicas it had asked for were still starting "
-               f"({STARTUP_S:.0f}s to Ready): load above anything of the last minutes (a burst, a cold start) "
+               f"(a start takes minutes): load above anything of the last minutes (a burst, a cold start) "
                f"meets the replicas that are there")
         if static is not None:
             n, r = static
@@ -107,55 +131,3 @@ def targets(results: list[Result], ttft: float, static: tuple[int, Result] | Non
                 f"{kf.aborted} (drained: the least-loaded replica leaves routing, finishes, or is cut after "
                 f"{DRAIN_S:.0f}s)"))
     return out
-
-
-def _buckets(r: Result, width: float) -> tuple[list[float], list[float], list[float]]:
-    """Per ``width`` seconds: the mean replicas existing and the p90 TTFT of the requests that
-    arrived in it (aborted ones count as infinite): ``(starts, replicas, p90)``."""
-    reps: dict[int, list[int]] = {}
-    for t, n, *_ in r.timeline:
-        reps.setdefault(int(t // width), []).append(n)
-    lat: dict[int, list[float]] = {}
-    for a, x in zip(r.arrivals, r.ttfts):
-        lat.setdefault(int(a // width), []).append(x)
-    for m in r._aborted_minutes:
-        lat.setdefault(int(m * 60 // width), []).append(math.inf)
-    keys = sorted(reps)
-    p90 = []
-    for k in keys:
-        xs = sorted(lat.get(k, []))
-        p90.append(min(xs[max(0, math.ceil(0.9 * len(xs)) - 1)], 1e4) if xs else math.nan)
-    return [k * width for k in keys], [sum(reps[k]) / len(reps[k]) for k in keys], p90
-
-
-def plot(path: Path, title: str, results: list[Result], ttft: float) -> str | None:
-    """Replicas and p90 TTFT over time, one line per autoscaler (kubeforge SLO on top); per
-    minute, or per 10 minutes for runs longer than 4 h. Returns the path, or None without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return None
-    long_run = bool(results[0].timeline) and results[0].timeline[-1][0] > 4 * 3600
-    width, scale, unit = (600.0, 3600.0, "h") if long_run else (60.0, 60.0, "min")
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, dpi=80)
-    for i, r in reversed(list(enumerate(results))):
-        xs, reps, p90 = _buckets(r, width)
-        kw = {"linewidth": 2.0 if i == 0 else 0.9, "color": f"C{i}", "zorder": 10 - i}
-        ax1.step([x / scale for x in xs], reps, where="post", label=r.name, **kw)
-        ax2.plot([x / scale for x in xs], p90, marker=".", markersize=3, **kw)
-    ax2.axhline(ttft, color="black", linestyle="--", linewidth=0.8, label=f"target {ttft:g}s")
-    per = "10 min" if long_run else "minute"
-    ax1.set_ylabel(f"replicas (mean per {per})")
-    ax2.set_ylabel(f"p90 TTFT per {per} (s)")
-    ax2.set_yscale("log")
-    ax2.set_xlabel(f"time ({unit})")
-    ax1.set_title(title, fontsize=9)
-    handles, labels = ax1.get_legend_handles_labels()
-    ax1.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper right")
-    ax2.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return str(path)
-
-
