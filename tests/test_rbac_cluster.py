@@ -115,7 +115,7 @@ def sa_operator(cluster, tmp_path_factory):
     cluster.kubectl("create", "namespace", ns)
     swapped = False
     try:
-        helm(cluster, "install", rel, str(CHART), "--namespace", ns, "--skip-crds", *IMAGE, "--set", "rbac.create=true")
+        helm(cluster, "install", rel, str(CHART), "--namespace", ns, "--set", "crds.install=false", *IMAGE, "--set", "rbac.create=true")
         wait_for(lambda: cluster.kubectl("get", "serviceaccount", sa, "-n", ns, check=False).returncode == 0,
                  timeout=30, what="the chart's ServiceAccount")
         token_kubeconfig(cluster, sa, ns, kubeconfig)
