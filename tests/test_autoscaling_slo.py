@@ -303,3 +303,17 @@ def test_size_for_slo_remembers_measurements_for_idle_windows():
     later = size_for_slo(slo, sig(admission_rate=0.0, held=3.0, service_seconds=None, prefill=None),
                          first.state, 0, 32, T0 + 600)
     assert later.service_seconds == 2.0 and later.concurrency == 8.0 and later.needed == 1
+
+
+@pytest.mark.parametrize("kw", [
+    {"replicas": 2e-313, "running": 4.0, "kv_cache_usage": 0.5, "admission_rate": 3.0},
+    {"admission_rate": 5e-324, "running": 1e308, "replicas": 1.0, "kv_cache_usage": 0.9},
+    {"itl": 5e-324, "running": 2.0, "replicas": 1.0, "admission_rate": 2.0},
+])
+def test_subnormal_and_huge_signals_never_overflow_the_sizing(kw):
+    """Found while moving the I/O out (issue 30): a subnormal replica count or a huge running
+    count made the M/M/c count or the ITL count raise OverflowError (int of infinity) inside a
+    reconcile. The sizing answers instead (a count, or None when it cannot)."""
+    slo = SLOPolicy(ttft_seconds=1.0, itl_seconds=0.1, percentile=90.0, window_seconds=60.0)
+    out = size_for_slo(slo, sig(**kw), AutoscalerState(), 2, 32, T0)
+    assert out.needed is None or 0 <= out.needed <= 33

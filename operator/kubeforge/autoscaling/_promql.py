@@ -166,8 +166,8 @@ def parse_by_pod(status_code: int, body: str) -> dict[str, float] | None:
         return None
     try:
         data = json.loads(body)
-        result = data["data"]["result"] if data.get("status") == "success" else None
-    except (ValueError, KeyError, TypeError):
+        result = data["data"]["result"] if isinstance(data, dict) and data.get("status") == "success" else None
+    except (ValueError, KeyError, TypeError):  # also a "data" that is no object: TypeError
         return None
     if not isinstance(result, list):
         return None

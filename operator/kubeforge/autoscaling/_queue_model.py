@@ -79,6 +79,12 @@ def wait_quantile(servers: int, offered: float, service_seconds: float, quantile
     return service_seconds / (servers - offered) * math.log(c / (1.0 - quantile))
 
 
+MAX_SERVERS = 1e6
+"""The most requests the model lets a service run at once: far above any real deployment (vLLM's
+--max-num-seqs is 256 by default per replica), it only keeps a broken signal (a capacity of
+1e300 requests per replica) from overflowing the count."""
+
+
 def replicas_for_wait(arrival_rate: float, service_seconds: float, concurrency: float, wait_budget: float,
                       quantile: float, max_replicas: int) -> int | None:
     """Fewest replicas whose M/M/c wait at ``quantile`` is within ``wait_budget``.
@@ -102,7 +108,7 @@ def replicas_for_wait(arrival_rate: float, service_seconds: float, concurrency: 
     budget = max(0.0, wait_budget)
     b, j = 1.0, 0  # Erlang B at j servers, extended as n grows (one pass in all)
     for n in range(1, max_replicas + 1):
-        c = max(1, int(math.floor(n * concurrency + 1e-9)))
+        c = max(1, int(math.floor(min(n * concurrency, MAX_SERVERS) + 1e-9)))  # no int(inf) on a broken signal
         while j < c:
             j += 1
             b = a * b / (j + a * b)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from . import _reasons as R
 from ._policy import SLOPolicy
-from ._queue_model import fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
+from ._queue_model import MAX_SERVERS, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
 from ._signals import Signals
 from ._state import AutoscalerState
 
@@ -130,7 +130,7 @@ def _concurrency(signals: Signals, state: AutoscalerState) -> tuple[float | None
     v = signals.value
     replicas = v("replicas") or 0.0
     running = v("running")
-    per_replica = running / replicas if running is not None and replicas > 0 else None
+    per_replica = running / replicas if running is not None and replicas >= 1 else None  # a count: below 1 is noise
     seen = v("saturated_running")
     k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
     kv = v("kv_cache_usage")
@@ -169,7 +169,8 @@ def _count(slo: SLOPolicy, m: _Measured, rate: float, max_replicas: int) -> int:
         n_ttft = replicas_for_wait(rate, m.s, m.k, m.budget or 0.0, m.q, max_replicas)
         n = max_replicas + 1 if n_ttft is None else max(n, n_ttft)
     if m.k_itl is not None:
-        n = max(n, math.ceil(rate * m.s / m.k_itl - 1e-9) if m.k_itl > 0 else max_replicas + 1)
+        need = rate * m.s / m.k_itl if m.k_itl > 0 else math.inf
+        n = max(n, math.ceil(need - 1e-9) if need <= max_replicas else max_replicas + 1)  # inf: a tiny k_itl
     return n
 
 
@@ -272,7 +273,7 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     needed, banded = _within_tolerance(slo, m, current, max_replicas, tolerance)
     predicted = None
     if m.k is not None and needed <= max_replicas:
-        c = max(1, int(math.floor(needed * m.k + 1e-9)))
+        c = max(1, int(math.floor(min(needed * m.k, MAX_SERVERS) + 1e-9)))
         predicted = wait_quantile(c, m.lam * m.s, m.s, m.q) + (m.prefill or 0.0)
     needed, breach, new_state = _feedback(slo, signals, state, m, needed, current, now)
     msg = _message(slo, m, needed, banded, tolerance, predicted, breach, signals.value("ttft"), current)
