@@ -135,3 +135,12 @@ def test_parse_signals_never_copies_the_body(status, body):
     assert s.waiting is None and len(s.errors) == len(SIGNAL_EXPRESSIONS)
     for _, err in s.errors:
         assert "abc123" not in err and "root:" not in err and "token" not in err, err
+
+
+@pytest.mark.parametrize("body", ["[]", "null", "3", '"x"', '{"status": "success", "data": []}',
+                                  '{"status": "success", "data": {"result": [1, {"metric": {}}]}}'])
+def test_a_by_pod_answer_that_is_no_prometheus_vector_reads_as_no_answer(body):
+    """A 200 whose JSON is not an object raised AttributeError (found in issue 30's move)."""
+    from kubeforge.autoscaling._promql import parse_by_pod
+    got = parse_by_pod(200, body)
+    assert got is None or got == {}
