@@ -291,12 +291,19 @@ def _no_response(e: BaseException, verb: str, resource: str) -> ApiError:
     return ApiError(0, "NoResponse", f"{type(e).__name__}: {str(e)[:200]}")
 
 
+_REASONS = {404: "NotFound", 409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}
+"""metav1.StatusReason by code, for answers that carry no Status object (an API server's
+max-in-flight or APF rejection answers 429 with a plain-text body)."""
+
+
 def _error(code: int, raw: bytes) -> ApiError:
+    """The :class:`ApiError` of an answer: the Status object's reason and message, else the
+    reason of the code and the plain body's first line (never more than 1,024 characters)."""
     try:
         st = json.loads(raw)
         reason = str(st.get("reason") or "")
         message = str(st.get("message") or "")
     except (ValueError, AttributeError):
-        reason, message = "", ""
-    return ApiError(code, reason or {404: "NotFound", 409: "Conflict"}.get(code, "Error"),
-                    " ".join(message.split())[:1024] or f"HTTP {code}")
+        reason = ""
+        message = raw.decode("utf-8", "replace").strip().splitlines()[0] if raw and raw.strip() else ""
+    return ApiError(code, reason or _REASONS.get(code, "Error"), " ".join(message.split())[:1024] or f"HTTP {code}")
