@@ -34,17 +34,16 @@ the model):
 The pure model (:class:`Service`, :class:`Replica`, :func:`make_request` in ``_latency``;
 :func:`routing_view`, :func:`trace_arrivals`, :func:`rate_arrivals` in ``_serving``) has no
 clock and no I/O and is unit-tested in ``tests/test_modelserver.py``; :class:`ModelServerSim`
-wraps it with an HTTP server and two threads.
+wraps it with an HTTP server (its handler in ``_modelserver_http``) and two threads.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 
 from ._exposition import ABORTED_METRIC, render_services
@@ -52,6 +51,7 @@ from ._latency import (
     ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Done, Replica, Request, Service, ServiceModel, Stats,
     itl_seconds, make_request, prefill_seconds, service_seconds,
 )
+from ._modelserver_http import handler
 from ._serving import (
     AZURE_CODE_TRACE, Key, PodView, SliceView, compressed, load_trace, percentile, rate_arrivals, routing_view,
     service_for_host, trace_arrivals,
@@ -68,7 +68,6 @@ __all__ = [
 log = logging.getLogger("kubeforge.sim.modelserver")
 SERVICE_LABEL = "kubeforge.io/inference-service"
 ENDPOINTS_LABEL = "kubeforge.io/endpoints"
-MAX_BODY = 1 << 20
 
 
 # --- the live simulator ----------------------------------------------------------------------
@@ -116,7 +115,7 @@ class ModelServerSim:
         self._stop = threading.Event()
         self._waiters: dict[int, list] = {}  # request id -> [event, Done | None]
         self._next_id = 1
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler(self))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self._threads: list[threading.Thread] = []
@@ -328,79 +327,6 @@ class ModelServerSim:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _prompt_tokens(doc: Any) -> int:
-    if not isinstance(doc, dict):
-        return 0
-    p = doc.get("prompt")
-    if isinstance(p, str):
-        return max(1, len(p) // 4)
-    if isinstance(p, list):
-        return len(p) if all(isinstance(x, int) for x in p) else sum(len(str(x)) // 4 for x in p)
-    msgs = doc.get("messages")
-    if isinstance(msgs, list):
-        return max(1, sum(len(str(m.get("content", ""))) // 4 for m in msgs if isinstance(m, dict)))
-    return 0
-
-
-def _handler(sim: ModelServerSim):
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, code: int, doc: dict) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):  # noqa: N802
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404)
-                return
-            body = sim.metrics_text().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):  # noqa: N802
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._send(413, {"error": "request body too large"})
-                return
-            raw = self.rfile.read(length) if length > 0 else b""
-            try:
-                doc = json.loads(raw) if raw else {}
-            except ValueError:
-                doc = {}
-            key = service_for_host(self.headers.get("Host"), self.headers.get("X-Kubeforge-Service"))
-            mt = doc.get("max_tokens") if isinstance(doc, dict) else None
-            gen = mt if isinstance(mt, int) and not isinstance(mt, bool) and 0 < mt <= 1 << 16 else 16
-            sub = sim.submit(key, _prompt_tokens(doc) or 128, gen) if key else None
-            if sub is None:
-                self._send(404, {"error": "no simulated InferenceService for this Host or X-Kubeforge-Service"})
-                return
-            rid, ev = sub
-            if not ev.wait(sim.request_timeout):
-                sim.result(rid)
-                self._send(504, {"error": "the simulated request did not complete in time"})
-                return
-            done = sim.result(rid)
-            if done is None or done.aborted:
-                self._send(503, {"error": "aborted: the replica serving the request went away"})
-                return
-            self._send(200, {"id": f"cmpl-{rid}", "object": "text_completion", "model": key[1],
-                             "choices": [{"index": 0, "text": "ok " * gen, "finish_reason": "length"}],
-                             "usage": {"prompt_tokens": done.request.context, "completion_tokens": gen,
-                                       "total_tokens": done.request.context + gen},
-                             "kubeforge_sim": {"replica": done.replica, "ttft_seconds": done.ttft}})
-
-        def log_message(self, *a):  # quiet
-            pass
-
-    return Handler
 
 
 def main(argv: list[str] | None = None) -> int:
