@@ -50,9 +50,10 @@ def test_kubeflow_payload_accepted_unchanged_on_either_path(kubeflow_path):
 
 
 @pytest.mark.parametrize("raw,code,words", [
-    (b"{", 400, "not JSON"),
-    (b"[1, 2]", 400, "JSON object"),
-    (b'{"metrics": {"loss": NaN}}', 400, "NaN"),
+    (b"{", 400, "not a JSON object"),
+    (b"[1, 2]", 400, "not a JSON object"),
+    (b'{"metrics": {"loss": NaN}}', 422, "metrics.loss: Input should be a finite number"),
+    (b'{"metrics": {"loss": 1e400}}', 422, "metrics.loss: Input should be a finite number"),
     (b"x" * (MAX_BODY_BYTES + 1), 413, "at most 16384"),
     (body({}), 422, "empty report"),
     (body({"step": "10"}), 422, "step: Input should be a valid integer"),

@@ -166,7 +166,7 @@ def test_accepted_reports_reach_the_book_and_queue_the_job_once_due():
     ("not a worker", 403, "is not a worker"),
     ("job gone", 404, "not found"),
     ("schema", 422, "step: Input should be a valid integer"),
-    ("not json", 400, "not JSON"),
+    ("not json", 400, "not a JSON object"),
     ("too large", 413, "at most 16384"),
 ])
 def test_refusals(case, code, words):

@@ -22,7 +22,6 @@ payload                                ``status``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -114,21 +113,20 @@ def _explain(err: ValidationError) -> str:
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _load(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a :class:`ReportError` (413 too large, 400 otherwise)."""
-    if len(body) > MAX_BODY_BYTES:
-        raise ReportError(413, f"report body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
+NOT_JSON = ("json_invalid", "json_type", "model_type", "model_attributes_type")
+"""Pydantic's error types of a body that is not a JSON object at all (400, not 422)."""
+
+
+def _validate(model: Any, body: bytes, what: str) -> Any:
+    """``model`` from the raw body, in one pass (pydantic's JSON parser; NaN and Infinity, which
+    JSON does not allow, are refused there); a :class:`ReportError` otherwise."""
     try:
-        data = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ReportError(400, f"report body is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ReportError(400, f"report body must be a JSON object, not {type(data).__name__}")
-    return data
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        first = e.errors()[0] if e.errors() else {}
+        if first.get("type") in NOT_JSON and not first.get("loc"):
+            raise ReportError(400, f"report body is not a JSON object: {first.get('msg', 'invalid JSON')}") from None
+        raise ReportError(422, f"{what}: {_explain(e)}") from None
 
 
 def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter: str = "",
@@ -150,14 +148,11 @@ def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter:
         ReportError: 413 over :data:`MAX_BODY_BYTES`, 400 not a JSON object, 422 anything the
             schema refuses (the message names the field) or a report that says nothing.
     """
-    data = _load(body)
+    if len(body) > MAX_BODY_BYTES:
+        raise ReportError(413, f"report body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
     base = Report(received=received, reporter=reporter, attempt=attempt)
-    if kubeflow_path or "trainerStatus" in data:
-        try:
-            kf = KubeflowReport.model_validate(data)
-        except ValidationError as e:
-            raise ReportError(422, f"invalid Kubeflow Trainer status: {_explain(e)}") from None
-        ts = kf.trainer_status
+    if kubeflow_path or b'"trainerStatus"' in body:  # only a key is written so (quotes in strings are escaped)
+        ts = _validate(KubeflowReport, body, "invalid Kubeflow Trainer status").trainer_status
         names = [m.name for m in ts.metrics]
         if len(set(names)) != len(names):
             raise ReportError(422, "invalid Kubeflow Trainer status: trainerStatus.metrics: a name appears twice")
@@ -167,10 +162,7 @@ def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter:
                        remaining_seconds=None if ts.estimated_remaining_seconds is None
                        else float(ts.estimated_remaining_seconds),
                        metrics=tuple((m.name, m.value) for m in ts.metrics))
-    try:
-        kr = KubeforgeReport.model_validate(data)
-    except ValidationError as e:
-        raise ReportError(422, f"invalid report: {_explain(e)}") from None
+    kr = _validate(KubeforgeReport, body, "invalid report")
     if kr.is_empty():
         raise ReportError(422, "empty report: send step, checkpoint or metrics")
     if kr.step is not None and kr.total_steps is not None and kr.step > kr.total_steps:
