@@ -13,10 +13,8 @@ import json
 import pytest
 
 from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
-from kubeforge.builders.common import (
-    conditions_equal, owner_reference, parse_time, rfc3339, set_condition,
-)
-from kubeforge.objects import condition
+from kubeforge.builders.common import owner_reference
+from kubeforge.objects import condition, conditions_equal, parse_time, rfc3339, set_condition
 from kubeforge.builders.serving import (
     build_endpoint_slice, build_group_pod, build_service, hostname, leader_address, serving_hash, slice_name,
 )

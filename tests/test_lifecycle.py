@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from kubeforge.builders.common import parse_time, rfc3339
+from kubeforge.objects import parse_time, rfc3339
 from kubeforge.objects import Node, Pod, Taint, current_attempt
 from training_builders import (
     NAME, NOW, NS, SPOT, T0, admitted, cond, deleted, event_reasons, job, merged, nodes, placement, plan, pod,

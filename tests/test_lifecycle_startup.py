@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kubeforge.admission import JobView, awaiting_admission
-from kubeforge.builders.common import parse_time, rfc3339
+from kubeforge.objects import parse_time, rfc3339
 from kubeforge.builders.training import spec_hash
 from kubeforge.lifecycle import (
     KUBELET_REJECTIONS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, rejected_by_kubelet,

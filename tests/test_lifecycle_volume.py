@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.builders.training import build_worker_pod
 from kubeforge.lifecycle import VOLUME_NOT_BOUND, claim_wait
 from kubeforge.lifecycle._volume import gates_to_lift

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kubeforge.admission import JobView, candidate_pools, first_pool_index
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from training_builders import NOW, OD, SPOT, admitted, job, merged, nodes, placement, plan, pods, restarts
 
 # --------------------------------------------------------------------------- preemptions

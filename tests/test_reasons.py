@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 import kubeforge
 from kubeforge.admission import JobView, Snapshot, plan_admission
 from kubeforge.api import GPUPoolSpec, TrainingJobSpec
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.lifecycle import CreateError, RestartCause, TrainingPlan
 from kubeforge.objects import (
     ADMITTED, CREATE_FAILED, FAILED, INVALID_SPEC, PREEMPTED, QUOTA_EXCEEDED, STARTUP_FAILURE_REASONS, STARTUP_TIMEOUT,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kubeforge.admission import AssumedGroup, GroupShape, group_shape, pool_view
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.objects import Node, PlacementRecord, Pod, Taint
 from kubeforge.serving import (
     DRAINING, GROUP_FAILED, GROUP_NOT_STARTED, GROUP_RESTARTED, ROLLING_OUT, ServingContext, plan_serving,

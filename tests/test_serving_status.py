@@ -9,7 +9,7 @@ from kubeforge.admission import GroupShape
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.prometheus import QueryResult
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.objects import NORMAL, SCALED, WARNING
 from kubeforge.serving import ScalingOutcome, ServingContext, plan_serving, scaling_events, scaling_status
 from records import NOW, NS, mk_service

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.lifecycle import run_seconds
 from kubeforge.objects import MAX_RUN_SECONDS_EXCEEDED, WARNING, PlacementRecord
 from training_builders import NOW, admitted, cond, event_reasons, job, merged, nodes, placement, plan, pods, restarts

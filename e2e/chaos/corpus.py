@@ -269,7 +269,7 @@ class HeldMonitor:
         self.samples = 0
 
     def sample(self) -> None:
-        from kubeforge.builders.common import parse_time
+        from kubeforge.objects import parse_time
 
         now = time.time()
         for ns in self.namespaces:
@@ -298,7 +298,7 @@ class HeldMonitor:
         """Unix time by which every placement on record now has passed its startup timeout
         (plus the slack), counting only timeouts up to ``longest`` seconds (the corpus's own;
         the default 600 s cannot pass within a test). Sampling until then checks them all."""
-        from kubeforge.builders.common import parse_time
+        from kubeforge.objects import parse_time
 
         now = time.time()
         out = now

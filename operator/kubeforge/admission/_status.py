@@ -6,7 +6,7 @@ from typing import Any
 
 from kubeforge.admission._ledger import Ledger
 from kubeforge.admission._pools import PoolView, missing_gpus
-from kubeforge.builders.common import set_condition
+from kubeforge.objects import set_condition
 from kubeforge.api import LevelSource
 from kubeforge.objects import (
     INVALID_SPEC, LEVEL_LABEL_MISSING, LEVELS_DETECTED, LEVELS_FOUND, NO_NODES, NO_USABLE_NODES, NODES_READY, READY,

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import TrainingJobSpec
-from kubeforge.builders.common import rfc3339, set_condition
+from kubeforge.objects import rfc3339, set_condition
 from kubeforge.objects import (
     ComputeDomainView, DEFAULT_NOT_READY_GRACE, NEEDS_SPEC_CHANGE_CODES, PENDING, Node, PlacementRecord, Pod,
     TrainingJobRecord, condition, current_attempt, placement_of, status_time,
@@ -198,7 +198,7 @@ class StatusDraft:
     """The status being decided: reads see the changes made so far; :attr:`patch` holds them.
 
     Conditions follow metav1.Condition semantics through
-    :func:`kubeforge.builders.common.set_condition` (the transition time moves only when the
+    :func:`kubeforge.objects.set_condition` (the transition time moves only when the
     status does) and carry the job's generation.
     """
 

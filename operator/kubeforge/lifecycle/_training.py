@@ -16,7 +16,7 @@ after success for one that does; whichever policy ends a placement, its run is t
 
 from __future__ import annotations
 
-from kubeforge.builders.common import set_condition
+from kubeforge.objects import set_condition
 from kubeforge.lifecycle._accounting import fold_running, report_checkpoint
 from kubeforge.lifecycle._admitted import admission_policy
 from kubeforge.lifecycle._disruption import disruption_policy

@@ -7,9 +7,10 @@ status all read :class:`Node`; nothing else parses a Kubernetes Node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal, DecimalException, InvalidOperation
 from typing import Any, Mapping, Sequence
+
+from kubeforge.objects._timestamps import loose_time
 
 INTERRUPTION_TAINT_PREFIXES: tuple[str, ...] = (
     "aws-node-termination-handler/",
@@ -208,15 +209,6 @@ def quantity_value(name: str, value: Any) -> int:
     return max(0, int(q * 1000)) if name == "cpu" else max(0, int(q))
 
 
-def _time(value: Any) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def node_from_k8s(body: Mapping[str, Any]) -> Node:
     """Build a :class:`Node` from a Kubernetes Node (a dict or kopf's body view).
 
@@ -239,7 +231,7 @@ def node_from_k8s(body: Mapping[str, Any]) -> Node:
                      for t in spec.get("taints") or []),
         unschedulable=bool(spec.get("unschedulable")),
         ready=bool(ready_c and ready_c.get("status") == "True"),
-        ready_changed=_time(ready_c.get("lastTransitionTime")) if ready_c else None,
+        ready_changed=loose_time(ready_c.get("lastTransitionTime")) if ready_c else None,
         allocatable=extended(st.get("allocatable")),
         capacity=extended(st.get("capacity")),
     )

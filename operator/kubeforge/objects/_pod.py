@@ -14,7 +14,8 @@ from kubeforge.objects._labels import (
     ADMISSION_GATE, ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, SERVICE_NAME,
     WORKER_INDEX,
 )
-from kubeforge.objects._node import NATIVE_RESOURCES, _time, parse_quantity_count, quantity_value
+from kubeforge.objects._node import NATIVE_RESOURCES, parse_quantity_count, quantity_value
+from kubeforge.objects._timestamps import loose_time
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -329,10 +330,10 @@ def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
         exit_code=exit_code,
         message=message,
         waiting=waiting,
-        unschedulable_since=_time(unsched.get("lastTransitionTime")) if unsched else None,
+        unschedulable_since=loose_time(unsched.get("lastTransitionTime")) if unsched else None,
         unschedulable_message=unsched.get("message") if unsched else None,
         reason=st.get("reason") or None,
-        created=_time(md.get("creationTimestamp")) or 0.0,
+        created=loose_time(md.get("creationTimestamp")) or 0.0,
         affinity=to_plain(spec.get("affinity") or {}) if ADMISSION_GATE in gates else None,
         annotated=bool(md.get("annotations")),
         group=_int(labels.get(GROUP_INDEX), -1) if labels.get(GROUP_INDEX) is not None else None,

@@ -16,7 +16,7 @@ from kubeforge.api import (
 )
 from kubeforge.api import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
-from kubeforge.objects._node import _time
+from kubeforge.objects._timestamps import loose_time
 from kubeforge.objects._pod import replica_requests
 
 Key = tuple[str, str]
@@ -97,7 +97,7 @@ def record_from_k8s(model: type[S], body: Mapping[str, Any]) -> Record[S]:
         uid=uid,
         generation=gen,
         resource_version=str(md.get("resourceVersion") or ""),
-        created=_time(md.get("creationTimestamp")) or 0.0,
+        created=loose_time(md.get("creationTimestamp")) or 0.0,
         deleting=bool(md.get("deletionTimestamp")),
         spec=spec,
         spec_error=err,
@@ -186,12 +186,12 @@ def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any]
 def condition_time(status: Mapping[str, Any] | None, type_: str) -> float | None:
     """``lastTransitionTime`` of a condition, in unix seconds, or None."""
     c = condition(status, type_)
-    return _time(c.get("lastTransitionTime")) if c else None
+    return loose_time(c.get("lastTransitionTime")) if c else None
 
 
 def status_time(status: Mapping[str, Any] | None, field_name: str) -> float | None:
     """A timestamp field of ``status`` in unix seconds, or None."""
-    return _time((status or {}).get(field_name))
+    return loose_time((status or {}).get(field_name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +274,8 @@ def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
             index=_int_of(g.get("index")), attempt=_int_of(g.get("attempt")), phase=_group_phase(g),
             pool=str(g.get("pool") or ""), nodes=tuple(str(n) for n in g.get("nodes") or ()),
             gpus_per_pod=_int_of(g.get("gpusPerPod")), level=g.get("level"), domain=g.get("domain"),
-            template_hash=g.get("templateHash"), admitted_at=_time(g.get("admittedAt")),
-            ready_since=_time(g.get("readySince")), draining_since=_time(g.get("drainingSince")),
+            template_hash=g.get("templateHash"), admitted_at=loose_time(g.get("admittedAt")),
+            ready_since=loose_time(g.get("readySince")), draining_since=loose_time(g.get("drainingSince")),
             restarts=_int_of(g.get("restarts")), startup_failures=_int_of(g.get("startupFailures")),
             drain_for=g.get("drainFor"), message=g.get("message"),
         ))

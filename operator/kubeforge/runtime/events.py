@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from kubeforge import metrics
-from kubeforge.builders.common import rfc3339
+from kubeforge.objects import rfc3339
 from kubeforge.runtime.client import ApiError, KubeClient
 
 log = logging.getLogger("kubeforge.events")

@@ -37,7 +37,7 @@ from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, Signals, decide
 from kubeforge.autoscaling.prometheus import QueryResult, queue_template, render_query
-from kubeforge.builders.common import conditions_equal, set_condition
+from kubeforge.objects import conditions_equal, set_condition
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
 from kubeforge.builders.training import WORKERS_SERVICE, build_workers_service
 from kubeforge.objects import (

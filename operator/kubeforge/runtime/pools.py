@@ -11,7 +11,7 @@ from typing import Any
 
 from kubeforge import metrics
 from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view, quota_book
-from kubeforge.builders.common import conditions_equal
+from kubeforge.objects import conditions_equal
 from kubeforge.objects import JOB_PHASES, READY, TOPOLOGY_READY, WARNING
 from kubeforge.runtime.state import Runtime, every
 

@@ -18,7 +18,7 @@ from kubeforge.api import GroupPhase
 from kubeforge.autoscaling import Decision
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.prometheus import QueryResult
-from kubeforge.builders.common import rfc3339, set_condition
+from kubeforge.objects import rfc3339, set_condition
 from kubeforge.builders.serving import pod_name
 from kubeforge.objects import (
     INVALID_SPEC, NO_FAILED_GROUPS, NO_READY_REPLICAS, NORMAL, READY as READY_CONDITION, REPLICA_GROUP_FAILED,
