@@ -3,7 +3,9 @@
 A :class:`Snapshot` of what exists, one :class:`Ledger` per GPU resource
 (:func:`build_ledger`: placements are assumed until pods show them, as Kueue's cache does),
 the per-pool placement view (:func:`pool_view`), and one decision for the whole cluster,
-:func:`plan_admission`, for gangs and serving replicas alike. No I/O; ``now`` is a parameter.
+:func:`plan_admission`, for gangs and serving replicas alike, with checkpoint-aware preemption
+and reservations with backfill for the gangs that wait (:class:`Reservation`). No I/O; ``now``
+is a parameter.
 """
 
 from kubeforge.admission._ledger import Ledger, WorkloadKey, build_ledger, build_ledgers
@@ -18,10 +20,13 @@ from kubeforge.admission._request import (
 )
 from kubeforge.admission._quota import UNLISTED, QuotaBook, quota_book
 from kubeforge.admission._victims import (
-    HIGHER_PRIORITY, QUOTA_RECLAIM, Victim, WorkLost, checkpoint_age, choose_victims, eligible_victims, lost_work,
-    preemption_message, run_time, victim_order,
+    HIGHER_PRIORITY, QUOTA_RECLAIM, LostWorkBasis, Victim, WorkLost, checkpoint_age, checkpoint_basis, choose_victims,
+    eligible_victims, lost_work, preemption_message, run_time, victim_order,
 )
 from kubeforge.admission._round import AdmissionRules, Preempt
+from kubeforge.admission._reservation import (
+    QueueingStrategy, Reservation, ending_jobs, expected_end, own_end, pool_strategy, reservation_message, reserve,
+)
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
@@ -33,8 +38,10 @@ __all__ = [
     "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
-    "AdmissionRules", "WorkLost", "checkpoint_age", "eligible_victims", "run_time",
+    "AdmissionRules", "LostWorkBasis", "WorkLost", "checkpoint_age", "checkpoint_basis", "eligible_victims", "run_time",
     "quota_book",
+    "QueueingStrategy", "Reservation", "ending_jobs", "expected_end", "own_end", "pool_strategy", "reservation_message",
+    "reserve",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",

@@ -22,8 +22,9 @@ from kubeforge.admission._round import Admit, AdmissionRules, Preempt, Round, Wa
 from kubeforge.admission._pools import PoolView, pool_view
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.admission._request import gang_request
+from kubeforge.admission._reservation import Reservation
 from kubeforge.api import TrainingJobSpec
-from kubeforge.builders.training import pvc_name
+from kubeforge.objects import pvc_name
 from kubeforge.lifecycle import run_seconds
 from kubeforge.objects import (
     ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
@@ -46,6 +47,7 @@ class AdmissionPlan:
         serving_waits: Services with groups that found no room, with (reason, message).
         ledgers: The ledgers after the round (every admission counted), by resource.
         views: The pool views the round placed against (before its own admissions).
+        reservations: The reservations the round made (waiting gangs reported ``CapacityReserved``).
         quotas: Each pool's ``status.quotas`` after the round.
         backoff_ends: The earliest ``restartNotBefore`` (unix seconds) of a job that waits out
             its restart back-off and would wait for admission once it ends, or None: nothing
@@ -59,6 +61,7 @@ class AdmissionPlan:
     serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
+    reservations: list[Reservation] = field(default_factory=list)
     backoff_ends: float | None = None
 
 
@@ -74,7 +77,11 @@ class AdmissionMemo:
         free: Per pool, free GPUs per usable node at the start of the last round.
         epoch: Per pool, a counter that moves when a node's free GPUs grew since the last round
             (a node added or made usable counts).
-        waits: Per waiting job, ``(signature, epochs of the pools tried, the Wait)``.
+        waits: Per waiting job, ``(signature, epochs of the pools tried, the queue's signature
+            for its pools, the Wait)``: the queue's signature (a StrictFIFO pool's blocker, the
+            reservations made before the job's turn and what they hold,
+            :meth:`~kubeforge.admission._queueing.QueueBook.signature`) must match too, since a
+            gang held back by a reservation that is gone may fit although no node got freer.
         views: The last round's pool views, which the next round reuses for every pool whose
             spec and nodes did not change (:func:`~kubeforge.admission.pool_view`).
     """
@@ -82,7 +89,7 @@ class AdmissionMemo:
     free: dict[str, dict[str, int]] = field(default_factory=dict)
     shape: dict[str, tuple] = field(default_factory=dict)
     epoch: dict[str, int] = field(default_factory=dict)
-    waits: dict[Key, tuple[tuple, tuple[int, ...], "Wait"]] = field(default_factory=dict)
+    waits: dict[Key, tuple[tuple, tuple[int, ...], tuple, "Wait"]] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
 
     def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
@@ -186,6 +193,24 @@ def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
     return None
 
 
+def _place_serving(snapshot: Snapshot, views: Mapping[str, PoolView], taken: dict[str, dict[str, int]],
+                   holds: Mapping[str, Mapping[str, int]]):
+    """Serving replica groups after the gangs (:func:`place_groups`), kept off the GPUs
+    reservations hold (a replica's end is never known); what they take is added to ``taken``."""
+    if not holds:
+        return place_groups(snapshot, views, taken)
+    seen = {r: {n: g + holds.get(r, {}).get(n, 0) for n, g in t.items()} for r, t in taken.items()}
+    for r, by_node in holds.items():
+        for n, g in by_node.items():
+            seen.setdefault(r, {}).setdefault(n, g)
+    groups, waits = place_groups(snapshot, views, seen)
+    for g in groups:
+        into = taken.setdefault(views[g.pool].resource, {})
+        for n, gpus in g.placement.gpus_by_node.items():
+            into[n] = into.get(n, 0) + gpus
+    return groups, waits
+
+
 def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None,
                    rules: AdmissionRules | None = None) -> AdmissionPlan:
     """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
@@ -245,13 +270,15 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
             allowed = candidate_pools(job, now)
             sig = (job.record.uid, job.record.generation, tuple(allowed))
             epochs = tuple(memo.epoch.get(p, -1) for p in spec.pools)
+            queued = rnd.queue.signature(spec.pools)
             hit = memo.waits.get(job.key)
-            if hit is not None and hit[:2] == (sig, epochs) and job.key not in snapshot.nominations:
-                decision = hit[2]  # nothing got freer since it did not fit: it still does not
+            if hit is not None and hit[:3] == (sig, epochs, queued) and job.key not in snapshot.nominations:
+                decision = hit[3]  # nothing got freer since it did not fit: it still does not
             else:
                 decision = rnd.place(job, pending.request, list(spec.pools), allowed)
             if isinstance(decision, Wait):
-                waits[job.key] = (sig, epochs, decision)
+                waits[job.key] = (sig, epochs, queued, decision)
+                decision = rnd.after_wait(job, pending.request, allowed, decision)
         if isinstance(decision, Preempt):
             plan.preempt.append(decision)
             names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in decision.victims)
@@ -261,7 +288,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.waits = waits
     memo.settle(plan.views, taken)
 
-    groups, waits = place_groups(snapshot, plan.views, taken)
+    plan.reservations = [r for rs in rnd.queue.reservations.values() for r in rs]
+    groups, waits = _place_serving(snapshot, plan.views, taken, rnd.queue.holds())
     plan.groups.extend(groups)
     plan.serving_waits.update(waits)
 

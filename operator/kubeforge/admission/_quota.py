@@ -34,6 +34,7 @@ class QuotaBook:
         within_quota: The pool's ``preemption.withinQuota``.
         reclaim: The pool's ``preemption.reclaimQuota``.
         min_runtime: The pool's ``preemption.minRuntimeSeconds``.
+        within_while_borrowing: The pool's ``preemption.withinQuotaWhileBorrowing``.
     """
 
     pool: str
@@ -45,6 +46,7 @@ class QuotaBook:
     within_quota: PreemptionPolicy = PreemptionPolicy.LOWER_PRIORITY
     reclaim: PreemptionPolicy = PreemptionPolicy.ANY
     min_runtime: float = 0.0
+    within_while_borrowing: PreemptionPolicy = PreemptionPolicy.NEVER
 
     def team(self, namespace: str) -> str:
         """The team of a namespace (``*`` when in no quota; every namespace is one team
@@ -89,6 +91,7 @@ def quota_book(pool: PoolRecord, view: PoolView, ledger: Ledger) -> QuotaBook:
     book.within_quota = pool.spec.preemption.within_quota
     book.reclaim = pool.spec.preemption.reclaim_quota
     book.min_runtime = float(pool.spec.preemption.min_runtime_seconds)
+    book.within_while_borrowing = pool.spec.preemption.within_quota_while_borrowing
     book.enabled = bool(pool.spec.quotas)
     for q in pool.spec.quotas:
         book.nominal[q.name] = q.nominal_gpus

@@ -11,6 +11,8 @@ from kubeforge.admission._ordering import entry_order
 from kubeforge.admission._pools import PoolView, missing_gpus
 from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
+from kubeforge.admission._queueing import QueueBook
+from kubeforge.admission._reservation import QueueingStrategy
 from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -64,10 +66,14 @@ class AdmissionRules:
         entry_order: ``(queue, borrows) -> queue``, as :func:`~kubeforge.admission.entry_order`.
         choose_victims: Called as :func:`~kubeforge.admission.choose_victims` is, with the same
             arguments and the same answer: ``(victims, placement)`` or None.
+        queueing: One queueing strategy for every pool (``e2e/bench/backfill.py`` compares
+            BestEffortFIFO, StrictFIFO and Backfill on the same arrivals), or None: each pool's
+            own, from its ``spec.reservations`` (:func:`~kubeforge.admission.pool_strategy`).
     """
 
     entry_order: Callable[[Sequence[PendingGang], Callable[[PendingGang], bool]], list[PendingGang]] = entry_order
     choose_victims: Callable[..., tuple[list[Victim], Placement] | None] = choose_victims
+    queueing: QueueingStrategy | None = None
 
 
 @dataclass
@@ -84,8 +90,10 @@ class Round:
     running: dict[str, list[JobView]] = field(default_factory=dict)
     in_flight: set[Key] = field(default_factory=set)
     rules: AdmissionRules = field(default_factory=AdmissionRules)
+    queue: QueueBook = field(init=False)
 
     def __post_init__(self) -> None:
+        self.queue = QueueBook(self.snapshot, self.views, self.now, self.rules.queueing)
         self.taken = {r: {} for r in self.ledgers}
         for name, pool in self.snapshot.pools.items():
             self.books[name] = quota_book(pool, self.views[name], self.ledgers[pool_resource(pool)])
@@ -160,6 +168,12 @@ class Round:
                 missing += 1
                 notes.append(f"GPUPool {name!r} does not exist")
                 continue
+            blocker = self.queue.blocker(name)
+            if blocker is not None:  # StrictFIFO: nothing goes ahead of the gang that waits there
+                permanent_everywhere = False
+                why = f"StrictFIFO: behind {blocker[0]}/{blocker[1]}, which waits for capacity"
+                notes.append(f"pool {name}: {why}" if len(pools) > 1 else why)
+                continue
             if view.unavailable is not None:
                 unavailable += 1
                 permanent_everywhere = False  # installing the driver (or the class) lets it in
@@ -176,7 +190,7 @@ class Round:
                 over_quota = True
                 notes.append(f"pool {name}: {refusal}" if len(pools) > 1 else refusal)
                 continue
-            result = place_gang(req, view.nodes, view.levels, self.taken[view.resource])
+            result = place_gang(req, view.nodes, view.levels, self.queue.usable(view, job, self.taken[view.resource]))
             if isinstance(result, Placement):
                 self._admit(job, name, result)
                 return Admit(job.key, name, result)
@@ -187,7 +201,7 @@ class Round:
         for name in tried:
             view = self.views.get(name)
             pre = self._preempt(job, self._request(job, request, view), name) \
-                if view is not None and view.unavailable is None else None
+                if view is not None and view.unavailable is None and self.queue.blocker(name) is None else None
             if pre is not None:
                 return pre
         if missing == len(notes):
@@ -208,6 +222,14 @@ class Round:
             request = gang_request(job.record, view.resource)
         return nvlink_request(request, view)
 
+    def after_wait(self, job: JobView, request: GangRequest, allowed: list[str], wait: Wait) -> Wait:
+        """A gang that waits for capacity in ``allowed``: it blocks its StrictFIFO pools and may get
+        a reservation in its Backfill ones (:meth:`QueueBook.after_wait`); returns the wait to
+        report (reason ``CapacityReserved`` when it got one)."""
+        return self.queue.after_wait(job, allowed, lambda view: self._request(job, request, view),
+                                     lambda view: self.taken[view.resource], lambda pool: self.running.get(pool, ()),
+                                     wait)
+
     def _admit(self, job: JobView, pool: str, placement: Placement) -> None:
         view = self.views[pool]
         self._add(view.resource, placement.gpus_by_node)
@@ -222,7 +244,8 @@ class Round:
         view, book = self.views.get(pool), self.books.get(pool)
         if view is None or book is None or book.refusal(job.record.namespace, request.gpus):
             return None
-        chosen = self.rules.choose_victims(job, request, view, book, self.running[pool], self.taken[view.resource],
+        chosen = self.rules.choose_victims(job, request, view, book, self.running[pool],
+                                           self.queue.usable(view, job, self.taken[view.resource]),
                                            frozenset(self.in_flight), self.now)
         if chosen is None:
             return None

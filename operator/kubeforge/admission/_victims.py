@@ -6,7 +6,11 @@ of :mod:`kubeforge.admission._quota`):
 
 - A waiting job that does not fit may preempt running TrainingJobs:
   * of its own team with a lower priority (``withinQuota: LowerPriority``; a pool without
-    quotas is one team, so this is plain priority preemption);
+    quotas is one team, so this is plain priority preemption), but not while its team borrows
+    beyond its nominal quota (``withinQuotaWhileBorrowing: Never``, the default): the GPUs it
+    would take from a teammate are borrowed, and a victim of a reclaim would otherwise come back
+    by preempting a lower-priority teammate, two preemptions for one reclaim (a *cascade*; the
+    replay of ``e2e/bench/preemption.py`` with live reports lost 3x the GPU-hours with it);
   * of other teams that borrow, whatever their priority (``reclaimQuota: Any``) or only lower
     (``LowerPriority``), but only while the preemptor stays within its own nominal quota, and
     only as long as the victim's team still borrows.
@@ -32,6 +36,7 @@ whose team stays within its nominal quota.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Callable, Mapping, Sequence
 
 from kubeforge.admission._pools import PoolView
@@ -49,6 +54,17 @@ QUOTA_RECLAIM = QUOTA_RECLAIMED
 """A victim whose borrowing team gives GPUs back to a team within its nominal quota."""
 
 
+class LostWorkBasis(str, Enum):
+    """What a running gang's work at risk is counted from (:func:`checkpoint_basis`)."""
+
+    CHECKPOINT = "Checkpoint"
+    """The last checkpoint its workers reported in this run (``status.lastCheckpoint``, written
+    live from their progress reports)."""
+    PLACEMENT = "Placement"
+    """No checkpoint reported since this placement was made (a job that does not report, or not
+    yet): everything since the placement, the fallback."""
+
+
 @dataclass(frozen=True)
 class Victim:
     """A running gang chosen for preemption.
@@ -59,31 +75,49 @@ class Victim:
         lost_gpu_seconds: GPU-seconds of work since its last checkpoint (what it loses at
             worst, if it cannot checkpoint in its grace period).
         gpus_by_node: The GPUs it frees, per node.
+        basis: What ``lost_gpu_seconds`` counts from: a checkpoint the job reported, or (it
+            reported none in this run) its placement (:class:`LostWorkBasis`).
     """
 
     key: Key
     reason: str
     lost_gpu_seconds: float
     gpus_by_node: Mapping[str, int]
+    basis: LostWorkBasis = LostWorkBasis.CHECKPOINT
 
 
 def preemption_message(preemptor: Key, priority: int, victim: Victim) -> str:
-    """The Preempted condition's message: who preempted the victim, why, and the work at risk."""
+    """The Preempted condition's (and Event's) message: who preempted the victim, why, and the work
+    at risk, saying what it was counted from (a reported checkpoint, or the placement when the job
+    reported none in this run: :attr:`Victim.basis`)."""
     why = "a higher-priority job" if victim.reason == HIGHER_PRIORITY else "its team's nominal quota"
+    gpus = sum(victim.gpus_by_node.values()) or 1
+    age = victim.lost_gpu_seconds / gpus / 60
+    since = (f"since its last reported checkpoint, {age:.0f} min ago" if victim.basis == LostWorkBasis.CHECKPOINT
+             else f"since its placement {age:.0f} min ago: it reported no checkpoint in this run")
     return (f"preempted by {preemptor[0]}/{preemptor[1]} (priority {priority}) to make room for {why}; it loses "
-            f"at most {victim.lost_gpu_seconds / 3600:.2f} GPU-hours since its last checkpoint")
+            f"at most {victim.lost_gpu_seconds / 3600:.2f} GPU-hours, the work {since}")
+
+
+def checkpoint_basis(job: JobView, now: float) -> tuple[float, LostWorkBasis]:
+    """When a running gang's work at risk starts, and from what: its last checkpoint
+    (``status.lastCheckpoint.time``) when the job reported one since this placement was made,
+    else the placement itself (``status.placement.admittedAt``, else the ``Admitted``
+    condition, else ``now``): ``(unix seconds, basis)``."""
+    ck = status_time(job.status.get("lastCheckpoint") or {}, "time")
+    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED) or now
+    if ck is not None and ck >= start:
+        return ck, LostWorkBasis.CHECKPOINT
+    return start, LostWorkBasis.PLACEMENT
 
 
 def checkpoint_age(job: JobView, now: float) -> float:
     """Seconds of work a running gang would lose if stopped now: the age of its last checkpoint
-    (``status.lastCheckpoint.time``; without one, the time since this placement was made); 0
-    when it holds no placement."""
+    (``status.lastCheckpoint.time``; without one since this placement, the time since the
+    placement was made: :func:`checkpoint_basis`); 0 when it holds no placement."""
     if job.record.spec is None or job.placement is None:
         return 0.0
-    since = status_time(job.status.get("lastCheckpoint") or {}, "time")
-    start = status_time(job.status.get("placement") or {}, "admittedAt") or condition_time(job.status, ADMITTED) or now
-    since = max(since or start, start)
-    return max(0.0, now - since)
+    return max(0.0, now - checkpoint_basis(job, now)[0])
 
 
 WorkLost = Callable[[JobView, float], float]
@@ -135,6 +169,9 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
     assert spec is not None
     team = book.team(preemptor.record.namespace)
     within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
+    within = book.within_quota
+    if book.borrowed(team) > 0 and book.within_while_borrowing == PreemptionPolicy.NEVER:
+        within = PreemptionPolicy.NEVER  # no cascade: a borrowing team does not reshuffle borrowed GPUs
     out = []
     for v in running:
         vs = v.record.spec
@@ -144,7 +181,7 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
             continue  # protected until its run is minRuntimeSeconds old
         vteam = book.team(v.record.namespace)
         if vteam == team:
-            if book.within_quota == PreemptionPolicy.LOWER_PRIORITY and vs.priority < spec.priority:
+            if within == PreemptionPolicy.LOWER_PRIORITY and vs.priority < spec.priority:
                 out.append((v, HIGHER_PRIORITY))
         elif within_nominal and book.reclaim != PreemptionPolicy.NEVER and book.borrowed(vteam) > 0:
             if book.reclaim == PreemptionPolicy.ANY or vs.priority < spec.priority:
@@ -243,7 +280,8 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
         by_node: dict[str, int] = {}
         for n in v.placement.nodes:  # type: ignore[union-attr]
             by_node[n] = by_node.get(n, 0) + per
-        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource, cost), by_node))
+        chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource, cost), by_node,
+                             checkpoint_basis(v, now)[1]))
         for n, g in by_node.items():
             freed[n] = freed.get(n, 0) + g
         used[vteam] = used.get(vteam, 0) - sum(by_node.values())

@@ -39,6 +39,7 @@ from ._core import (
     TolerationOperator,
 )
 from ._quota import GPUQuota, PoolPreemption, PreemptionPolicy, QuotaUsage
+from ._reservations import PoolReservations, ReservationMode
 from ._gpupool import (
     DEFAULT_DEVICE_CLASS_NAME,
     DEFAULT_DRA_DRIVER,
@@ -146,6 +147,8 @@ __all__ = [
     "LevelSource",
     "NodeCounts",
     "PoolPreemption",
+    "PoolReservations",
+    "ReservationMode",
     "PoolWorkload",
     "PreemptionPolicy",
     "QuotaUsage",

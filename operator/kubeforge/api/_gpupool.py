@@ -11,18 +11,12 @@ from kubeforge.accelerators import nvidia
 
 from .. import API_VERSION
 from ._base import (
-    DNS_LABEL_PATTERN,
-    DNS_SUBDOMAIN_PATTERN,
-    LABEL_KEY_PATTERN,
-    MAX_LABEL_KEY_LENGTH,
-    MAX_LABEL_LENGTH,
-    MAX_NAME_LENGTH,
-    KubeModel,
-    name_rules,
-    schema_default,
+    DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, LABEL_KEY_PATTERN, MAX_LABEL_KEY_LENGTH, MAX_LABEL_LENGTH, MAX_NAME_LENGTH,
+    KubeModel, name_rules, schema_default,
 )
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
 from ._quota import GPUQuota, PoolPreemption, QuotaUsage
+from ._reservations import RESERVATIONS_DESCRIPTION, PoolReservations
 
 DEFAULT_GPU_RESOURCE_NAME = nvidia.GPU_RESOURCE_NAME
 """The API's default vendor is NVIDIA: its device plugin's resource."""
@@ -205,6 +199,8 @@ class GPUPoolSpec(KubeModel):
         description="preemption says when a waiting job may preempt running ones in this pool.",
         json_schema_extra=schema_default(PoolPreemption),
     )
+    reservations: PoolReservations = Field(default_factory=PoolReservations, json_schema_extra=schema_default(
+        PoolReservations), description=RESERVATIONS_DESCRIPTION)
 
     @field_validator("quotas")
     @classmethod

@@ -66,6 +66,9 @@ class PoolPreemption(KubeModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         "rule": "self.withinQuota != 'Any'",
         "message": "preemption.withinQuota is LowerPriority or Never",
+    }, {
+        "rule": "self.withinQuotaWhileBorrowing != 'Any'",
+        "message": "preemption.withinQuotaWhileBorrowing is LowerPriority or Never",
     }]})
 
     within_quota: PreemptionPolicy = Field(
@@ -75,11 +78,24 @@ class PoolPreemption(KubeModel):
         "withinClusterQueue.)",
     )
 
-    @field_validator("within_quota")
+    within_quota_while_borrowing: PreemptionPolicy = Field(
+        default=PreemptionPolicy.NEVER,
+        description="withinQuotaWhileBorrowing is Never or LowerPriority: whether withinQuota "
+        "preemption is allowed while the preemptor's team uses more GPUs than its nominal quota "
+        "(it borrows). Never: a borrowing team does not stop its own jobs, since the GPUs it would "
+        "hand from one of its jobs to another are borrowed and may be reclaimed at any moment; in "
+        "particular a job stopped by a quota reclaim does not come back by preempting a "
+        "lower-priority teammate (a cascade: two preemptions for one reclaim). LowerPriority: "
+        "withinQuota applies whatever the team uses (Kueue's withinClusterQueue). A pool without "
+        "quotas is one team that never borrows.",
+    )
+
+    @field_validator("within_quota", "within_quota_while_borrowing")
     @classmethod
-    def _no_any_within(cls, value: PreemptionPolicy) -> PreemptionPolicy:
+    def _no_any_within(cls, value: PreemptionPolicy, info) -> PreemptionPolicy:
         if value == PreemptionPolicy.ANY:
-            raise ValueError("preemption.withinQuota is LowerPriority or Never")
+            name = "withinQuota" if info.field_name == "within_quota" else "withinQuotaWhileBorrowing"
+            raise ValueError(f"preemption.{name} is LowerPriority or Never")
         return value
     min_runtime_seconds: int = Field(
         default=0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubeforge.lifecycle._plan import WAIT_MESSAGE_REFRESH_SECONDS, StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.objects import (
-    ADMITTED, NORMAL, NOT_ADMITTED, PENDING, PLACED, PREEMPTING, READY, RESTARTING, WARNING, condition,
+    ADMITTED, NORMAL, NORMAL_WAITS, NOT_ADMITTED, PENDING, PLACED, READY, RESTARTING, WARNING, condition,
 )
 
 
@@ -15,7 +15,8 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
     to ``status.placement`` with ``Admitted=True`` and go on (returns False): the same decision
     creates the pods. Otherwise the job waits (returns True): ``Admitted=False`` says why
     (rewritten when the reason changes, the message at most every
-    WAIT_MESSAGE_REFRESH_SECONDS), with a Warning Event when the reason changes.
+    WAIT_MESSAGE_REFRESH_SECONDS), with an Event when the reason changes (Normal for a job
+    preempting others or holding a reservation, :data:`~kubeforge.objects.NORMAL_WAITS`; else a Warning).
     """
     if ctx.assumed is not None:
         pl = ctx.assumed
@@ -50,7 +51,7 @@ def admission_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -
             plan.wrote_wait = True
             if not same:
                 d.condition(READY, False, NOT_ADMITTED, "waiting for admission")
-                plan.events.append((NORMAL if reason == PREEMPTING else WARNING, reason, message))
+                plan.events.append((NORMAL if reason in NORMAL_WAITS else WARNING, reason, message))
         elif not fresh:  # a newer message, held back by the refresh limit: written once it allows
             plan.requeue(ctx.last_wait_write + WAIT_MESSAGE_REFRESH_SECONDS - ctx.now)
     return True

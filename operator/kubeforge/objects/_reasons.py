@@ -82,8 +82,12 @@ are released until the spec changes)."""
 PLACED: Final = "Placed"
 """``Admitted=True``: admission placed the gang; the message says where and why there."""
 PREEMPTING: Final = "Preempting"
-"""``Admitted=False`` (a Normal Event, the only wait that is not a Warning): the job preempts
-others and is admitted once their GPUs are free."""
+"""``Admitted=False`` (a Normal Event): the job preempts others and is admitted once their GPUs
+are free."""
+CAPACITY_RESERVED: Final = "CapacityReserved"
+"""``Admitted=False`` (a Normal Event): the gang does not fit now and GPUs are reserved for it from
+its expected start (the pool's ``spec.reservations``); the message says which and when. Only jobs
+that end before that start may use them meanwhile (backfill)."""
 CLAIM_NOT_FOUND: Final = "ClaimNotFound"
 """``Admitted=False`` (Warning Event): ``checkpoint.existingClaimName`` names a claim that does
 not exist."""
@@ -142,6 +146,9 @@ JOB_SUSPENDED: Final = "JobSuspended"
 JOB_RESUMED: Final = "JobResumed"
 """``Suspended=False``: ``spec.suspend`` turned false; the job waits for admission again."""
 
+NORMAL_WAITS: Final = (PREEMPTING, CAPACITY_RESERVED)
+"""``Admitted=False`` reasons whose Event is Normal: the job's way to its GPUs is under way; every
+other wait is a Warning."""
 BLOCKED_UNTIL_SPEC_CHANGES: Final = (INVALID_SPEC, UNSCHEDULABLE_TEMPLATE)
 """``Admitted=False`` reasons, at the job's current generation, that stop admission until the
 spec changes."""

@@ -1,0 +1,136 @@
+"""One admission round's queueing book: per pool, its strategy (:class:`QueueingStrategy`), the
+gang that blocks it (``StrictFIFO``) and the reservations made so far (``Backfill``), and what
+they hold back from the gangs tried after them. Pure; owned by the round
+(:class:`~kubeforge.admission._round.Round`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from kubeforge.admission._pools import PoolView
+from kubeforge.admission._reservation import (
+    QueueingStrategy, Reservation, ending_jobs, own_end, pool_grace, pool_strategy, reservation_message, reserve,
+)
+from kubeforge.admission._snapshot import JobView, Snapshot
+from kubeforge.objects import CAPACITY_RESERVED, WAITING_FOR_CAPACITY, Key
+from kubeforge.placement import GangRequest
+
+
+@dataclass
+class QueueBook:
+    """The queueing state of one round.
+
+    Attributes:
+        snapshot: The round's snapshot (pools, preempting gangs).
+        views: The round's pool views.
+        now: Unix seconds.
+        override: One strategy for every pool (a bench's :class:`~kubeforge.admission.AdmissionRules`),
+            or None: each pool's own (:func:`pool_strategy`).
+        blockers: Per StrictFIFO pool, the first gang that waits for capacity there.
+        reservations: Per pool, the reservations made so far, in queue order.
+        tried: Per pool, how many waiting gangs asked for a reservation (at most its
+            ``maxReservations``).
+    """
+
+    snapshot: Snapshot
+    views: Mapping[str, PoolView]
+    now: float
+    override: QueueingStrategy | None = None
+    blockers: dict[str, Key] = field(default_factory=dict)
+    reservations: dict[str, list[Reservation]] = field(default_factory=dict)
+    tried: dict[str, int] = field(default_factory=dict)
+    _strategies: dict[str, QueueingStrategy] = field(default_factory=dict)
+
+    def strategy(self, pool: str) -> QueueingStrategy:
+        """The strategy of ``pool`` (BestEffortFIFO for a pool that does not exist)."""
+        got = self._strategies.get(pool)
+        if got is None:
+            rec = self.snapshot.pools.get(pool)
+            got = pool_strategy(rec, self.override) if rec is not None else QueueingStrategy.BEST_EFFORT_FIFO
+            self._strategies[pool] = got
+        return got
+
+    def blocker(self, pool: str) -> Key | None:
+        """The gang a StrictFIFO pool waits behind, or None."""
+        return self.blockers.get(pool)
+
+    def usable(self, view: PoolView, job: JobView, taken: Mapping[str, int]) -> Mapping[str, int]:
+        """``taken`` plus what the pool's reservations hold against ``job``: every reservation
+        whose start comes before the job's own end (:func:`own_end`; no time limit: all of them)."""
+        mine = self.reservations.get(view.name)
+        if not mine:
+            return taken
+        end = own_end(job, self.now)
+        holds = [r for r in mine if end is None or end > r.start]
+        if not holds:
+            return taken
+        out = dict(taken)
+        for r in holds:
+            for n, g in r.held.items():
+                out[n] = out.get(n, 0) + g
+        return out
+
+    def signature(self, pools: Sequence[str]) -> tuple:
+        """What a gang's "does not fit" answer depended on besides free GPUs: each of its pools'
+        blocker and reservations so far (an :class:`~kubeforge.admission.AdmissionMemo` answer
+        is stale when it moves)."""
+        return tuple((self.blockers.get(p), tuple(r.signature for r in self.reservations.get(p, ())))
+                     for p in pools)
+
+    def holds(self) -> dict[str, dict[str, int]]:
+        """Every reservation's held GPUs, by resource and node (serving replicas, whose end is
+        never known, keep off them)."""
+        out: dict[str, dict[str, int]] = {}
+        for pool, rs in self.reservations.items():
+            view = self.views.get(pool)
+            if view is None:
+                continue
+            into = out.setdefault(view.resource, {})
+            for r in rs:
+                for n, g in r.held.items():
+                    into[n] = into.get(n, 0) + g
+        return out
+
+    def after_wait(self, job: JobView, allowed: Sequence[str], request_in: Callable[[PoolView], GangRequest],
+                   taken: Callable[[PoolView], Mapping[str, int]], running: Callable[[str], Sequence[JobView]],
+                   wait):
+        """What a gang that waits for capacity does to the queue: it blocks its StrictFIFO pools,
+        and in its Backfill pools with reservations left it asks for one; the soonest wins and
+        its wait says so (reason ``CapacityReserved``). Returns the wait to report (``wait`` or
+        the reserved one)."""
+        if wait.reason != WAITING_FOR_CAPACITY:
+            return wait
+        best: Reservation | None = None
+        for pool in allowed:
+            view = self.views.get(pool)
+            if view is None or view.unavailable is not None:
+                continue
+            strategy = self.strategy(pool)
+            if strategy == QueueingStrategy.STRICT_FIFO:
+                self.blockers.setdefault(pool, job.key)
+                continue
+            if strategy != QueueingStrategy.BACKFILL or self.tried.get(pool, 0) >= _max_reservations(view):
+                continue
+            self.tried[pool] = self.tried.get(pool, 0) + 1
+            got = reserve(job.key, request_in(view), view, self.usable(view, job, taken(view)),
+                          self._ending(pool, running), self._reserved_nodes(pool))
+            if got is not None and (best is None or got.start < best.start):
+                best = got
+        if best is None:
+            return wait
+        self.reservations.setdefault(best.pool, []).append(best)
+        return type(wait)(job.key, CAPACITY_RESERVED, reservation_message(best))
+
+    def _ending(self, pool: str, running: Callable[[str], Sequence[JobView]]) -> list:
+        """The pool's running gangs with a known end, as the round leaves them so far (those it
+        admitted included), soonest first."""
+        return ending_jobs(running(pool), self.snapshot.preempting, self.now, pool_grace(self.snapshot.pools.get(pool)))
+
+    def _reserved_nodes(self, pool: str) -> frozenset[str]:
+        return frozenset(n for r in self.reservations.get(pool, ()) for n in r.placement.gpus_by_node)
+
+
+def _max_reservations(view: PoolView) -> int:
+    spec = view.record.spec
+    return spec.reservations.max_reservations if spec is not None else 0
