@@ -16,15 +16,15 @@ from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import condition, conditions_equal, parse_time, rfc3339, set_condition
 from kubeforge.builders.serving import (
-    build_endpoint_slice, build_group_pod, build_service, hostname, leader_address, serving_hash, slice_name,
+    build_endpoint_slice, build_group_pod, build_service, serving_hash,
 )
 from kubeforge.builders.training import (
-    MASTER_PORT, WORKERS_SERVICE, build_pvc, build_worker_pod, build_workers_service, checkpoint_claim,
-    master_address, pod_name, pvc_name, worker_hostname,
+    MASTER_PORT, build_pvc, build_worker_pod, build_workers_service, checkpoint_claim,
 )
 from kubeforge.objects import (
     ASSIGNED_NODE, GROUP_INDEX, JOB_NAME, WORKER_INDEX, GroupRecord, MANAGED_BY, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL,
-    SERVICE_NAME, TEMPLATE_HASH, PlacementRecord, pod_from_k8s, record_from_k8s,
+    SERVICE_NAME, TEMPLATE_HASH, WORKERS_SERVICE, PlacementRecord, group_hostname, leader_address, master_address,
+    pod_from_k8s, pvc_name, record_from_k8s, slice_name, worker_hostname, worker_pod_name,
 )
 from kubeforge.placement import TopologyLevel
 
@@ -109,7 +109,7 @@ def test_names():
     assert WORKERS_SERVICE == "kubeforge-workers"  # one headless Service per namespace (was one per job)
     assert pvc_name(NAME) == "llm-checkpoint"
     assert worker_hostname(NAME, 3) == "llm-worker-3"
-    assert pod_name(NAME, 3, 2) == "llm-worker-3-2"
+    assert worker_pod_name(NAME, 3, 2) == "llm-worker-3-2"
     assert master_address(NAME, NS) == "llm-worker-0.kubeforge-workers.team-a.svc"
 
 
@@ -585,9 +585,9 @@ def test_a_one_pod_replica_keeps_its_command_and_has_no_hostname():
 def test_long_service_names_get_valid_hostnames():
     name = "a" * 63
     for w in (0, 5):
-        h = hostname(name, 12, w)
+        h = group_hostname(name, 12, w)
         assert len(h) <= 63 and h.endswith(f"-12" if w == 0 else "-12-5")
-    assert leader_address(name, 12, "ns").startswith(hostname(name, 12, 0) + ".")
+    assert leader_address(name, 12, "ns").startswith(group_hostname(name, 12, 0) + ".")
 
 
 def test_serving_hash_moves_with_what_the_pods_are_made_of():

@@ -10,13 +10,11 @@ from kubeforge.admission import (
     AdmissionMemo, JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_status, pool_view, quota_book,
 )
 from kubeforge.admission._victims import choose_victims
-from kubeforge.builders.training import (
-    build_compute_domain, build_gpu_claim_template, build_worker_pod, compute_domain_name,
-)
+from kubeforge.builders.training import build_compute_domain, build_gpu_claim_template, build_worker_pod
 from kubeforge.lifecycle import COMPUTE_DOMAIN_READY, TrainingContext, plan_training
 from kubeforge.objects import (
-    CLIQUE_LABEL, PlacementRecord, claim_from_k8s, compute_domain_from_k8s, dra_key, inventory, pod_from_k8s,
-    slice_from_k8s,
+    CLIQUE_LABEL, PlacementRecord, claim_from_k8s, compute_domain_from_k8s, compute_domain_name, dra_key, inventory,
+    pod_from_k8s, slice_from_k8s,
 )
 from kubeforge.placement import GangRequest, NodeInfo, Placement, TopologyLevel, place_gang
 from records import NOW, iso, mk_job, mk_node, mk_pool, placed, snapshot, view, worker_pod

@@ -12,8 +12,9 @@ from dataclasses import replace
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._snapshot import is_dra_pool
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, TrainingJobSpec
-from kubeforge.builders.training import job_labels
-from kubeforge.objects import CLIQUE_LABEL, ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, rank_requests
+from kubeforge.objects import (
+    CLIQUE_LABEL, ROLE_LABEL, WORKER_ROLE, InferenceServiceRecord, Record, job_labels, rank_requests,
+)
 from kubeforge.placement import HOSTNAME_LABEL, GangRequest, NodeFilter
 from kubeforge.selectors import selector_matches
 

@@ -43,11 +43,10 @@ from kubeforge.api import (
     InferenceServiceSpec,
 )
 from kubeforge.builders.common import owner_reference
-from kubeforge.builders.training import WORKERS_SERVICE
 from kubeforge.objects import (
-    ASSIGNED_NODE, GROUP_INDEX, GROUP_ROLE, LEADER_ROLE, MANAGED_BY, MANAGER, POOL_LABEL, RESTART_ATTEMPT,
-    ROLE_LABEL, SERVICE_NAME, TEMPLATE_HASH, WORKER_INDEX, WORKER_ROLE, GroupRecord, InferenceServiceRecord,
-    set_main_gpus,
+    ASSIGNED_NODE, GROUP_INDEX, GROUP_ROLE, LEADER_ROLE, POOL_LABEL, RESTART_ATTEMPT, ROLE_LABEL, TEMPLATE_HASH,
+    WORKER_INDEX, WORKER_ROLE, WORKERS_SERVICE, GroupRecord, InferenceServiceRecord, group_hostname,
+    group_pod_name, leader_address, service_labels, set_main_gpus, slice_name,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
@@ -59,12 +58,6 @@ SGLANG_DIST_PORT = 5000
 SLICE_MANAGER = "kubeforge.io"
 """``endpointslice.kubernetes.io/managed-by`` of the operator's slices (the EndpointSlice
 controller leaves slices of other managers alone)."""
-MAX_HOSTNAME = 63
-
-
-def service_labels(name: str) -> dict[str, str]:
-    """Labels on every child of the service; selectors use ``kubeforge.io/inference-service``."""
-    return {MANAGED_BY: MANAGER, SERVICE_NAME: name}
 
 
 def serving_hash(svc: InferenceServiceRecord) -> str:
@@ -75,27 +68,6 @@ def serving_hash(svc: InferenceServiceRecord) -> str:
     data = spec.model_dump(mode="json", by_alias=True, include={
         "template", "gpus_per_replica", "parallelism", "engine", "multi_node", "port", "pools", "topology"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def pod_name(service: str, group: int, worker: int, attempt: int) -> str:
-    """``<service>-<group>-<worker>-<attempt>``: a recreated group makes new pods, never reuses names."""
-    return f"{service}-{group}-{worker}-{attempt}"
-
-
-def hostname(service: str, group: int, worker: int) -> str:
-    """A pod's stable hostname (a DNS label): ``<service>-<group>`` for the leader,
-    ``<service>-<group>-<worker>`` for workers; a long service name is cut and given a hash."""
-    suffix = f"-{group}" if worker == 0 else f"-{group}-{worker}"
-    if len(service) + len(suffix) <= MAX_HOSTNAME:
-        return service + suffix
-    digest = hashlib.sha256(service.encode()).hexdigest()[:6]
-    return f"{service[:MAX_HOSTNAME - len(suffix) - 7].rstrip('-')}-{digest}{suffix}"
-
-
-def leader_address(service: str, group: int, namespace: str) -> str:
-    """``LWS_LEADER_ADDRESS``: the leader's name through the namespace's headless Service, in
-    LWS's form ``<leader hostname>.<headless service>.<namespace>``."""
-    return f"{hostname(service, group, 0)}.{WORKERS_SERVICE}.{namespace}"
 
 
 def _command(container: Mapping[str, Any]) -> str | None:
@@ -200,7 +172,7 @@ def build_group_pod(
     for c in pod_spec["containers"]:
         _set_env(c, env)
     if pods > 1:
-        pod_spec["hostname"] = hostname(name, group.index, worker)
+        pod_spec["hostname"] = group_hostname(name, group.index, worker)
         pod_spec["subdomain"] = WORKERS_SERVICE
     known = group.level in {lv.name for lv in levels}
     pinned = Placement(group.level if known else None, group.domain if known else None, group.nodes, {}, "")
@@ -217,7 +189,7 @@ def build_group_pod(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod_name(name, group.index, worker, group.attempt), "namespace": ns, "labels": labels,
+        "metadata": {"name": group_pod_name(name, group.index, worker, group.attempt), "namespace": ns, "labels": labels,
                      "annotations": annotations, "ownerReferences": [owner_reference(KIND, name, svc.uid)]},
         "spec": pod_spec,
     }
@@ -235,11 +207,6 @@ def build_service(svc: InferenceServiceRecord) -> dict[str, Any]:
                      "ownerReferences": [owner_reference(KIND, svc.name, svc.uid)]},
         "spec": {"ports": [{"name": ENDPOINT_PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}]},
     }
-
-
-def slice_name(service: str) -> str:
-    """``kubeforge-<service>``: the one EndpointSlice the operator writes for a service."""
-    return f"kubeforge-{service}"
 
 
 def build_endpoint_slice(

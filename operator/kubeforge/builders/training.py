@@ -40,40 +40,15 @@ from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.builders.common import owner_reference
 from kubeforge.builders.reporting import ReportingConfig, add_reporting
 from kubeforge.objects import (
-    ASSIGNED_NODE, JOB_NAME, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT,
-    ROLE_LABEL, WORKER_ROLE, PlacementRecord, TrainingJobRecord, main_container, set_main_gpus,
+    ASSIGNED_NODE, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, WORKER_ROLE,
+    WORKERS_SERVICE, PlacementRecord, TrainingJobRecord, channel_template_name, compute_domain_name,
+    gpu_claim_template_name, job_labels, main_container, master_address, pvc_name, set_main_gpus, worker_hostname,
+    worker_pod_name,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
 
 MASTER_PORT = 29500  # torch.distributed's default MASTER_PORT
-WORKERS_SERVICE = "kubeforge-workers"
-"""The headless Service, one per namespace, whose name is every worker's ``subdomain``."""
 KIND = "TrainingJob"
-
-
-def pvc_name(job_name: str) -> str:
-    """The checkpoint PVC the operator creates for a job: ``<job>-checkpoint``."""
-    return f"{job_name}-checkpoint"
-
-
-def worker_hostname(job_name: str, rank: int) -> str:
-    """The stable hostname of rank ``rank``: ``<job>-worker-<rank>`` (kept across restarts)."""
-    return f"{job_name}-worker-{rank}"
-
-
-def pod_name(job_name: str, rank: int, attempt: int) -> str:
-    """Pod name: ``<job>-worker-<rank>-<attempt>``; a restart makes new pods, never reuses names."""
-    return f"{job_name}-worker-{rank}-{attempt}"
-
-
-def master_address(job_name: str, namespace: str) -> str:
-    """Rank 0's DNS name, the rendezvous address."""
-    return f"{worker_hostname(job_name, 0)}.{WORKERS_SERVICE}.{namespace}.svc"
-
-
-def job_labels(job_name: str) -> dict[str, str]:
-    """Labels every child of a job carries (selectors use the job-name one)."""
-    return {MANAGED_BY: MANAGER, JOB_NAME: job_name}
 
 
 _HASHES: dict[tuple[str, int], str] = {}
@@ -171,16 +146,6 @@ CLIQUES_ANNOTATION = "kubeforge.io/cliques"
 """Annotation on a ComputeDomain: the NVLink cliques (comma-separated) it was made for."""
 
 
-def _short(text: str, n: int = 6) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def gpu_claim_template_name(job_name: str, device_class: str, count: int) -> str:
-    """The ResourceClaimTemplate of one job shape: ``<job>-gpus-<count>-<hash of the class>``
-    (a template's spec is immutable, so another count or class is another template)."""
-    return f"{job_name}-gpus-{count}-{_short(device_class, 5)}"
-
-
 def build_gpu_claim_template(job: TrainingJobRecord, device_class: str, count: int) -> dict[str, Any]:
     """The ResourceClaimTemplate (``resource.k8s.io/v1``) every worker of ``job`` gets its GPUs
     from in a DRA pool: one request of exactly ``count`` devices of ``device_class``. Owned by the
@@ -197,18 +162,6 @@ def build_gpu_claim_template(job: TrainingJobRecord, device_class: str, count: i
                 "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}},
         },
     }
-
-
-def compute_domain_name(job_name: str, cliques: Sequence[str]) -> str:
-    """The ComputeDomain of a gang on ``cliques``: ``<job>-imex-<hash of the cliques>``. A restart
-    in the same cliques finds the same domain; a move names a new one."""
-    return f"{job_name}-imex-{_short(','.join(sorted(cliques)))}"
-
-
-def channel_template_name(domain: str) -> str:
-    """The ResourceClaimTemplate of a ComputeDomain's IMEX channel (the driver's controller makes
-    it from ``spec.channel.resourceClaimTemplate.name``): ``<domain>-channel``."""
-    return f"{domain}-channel"
 
 
 def build_compute_domain(job: TrainingJobRecord, cliques: Sequence[str]) -> dict[str, Any]:
@@ -349,7 +302,7 @@ def build_worker_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(name, rank, attempt),
+            "name": worker_pod_name(name, rank, attempt),
             "namespace": ns,
             "labels": labels,
             "annotations": annotations,

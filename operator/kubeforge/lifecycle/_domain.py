@@ -3,7 +3,7 @@
 
 - A gang placed on several nodes of NVLink cliques in a DRA pool (``TrainingContext.domain_cliques``)
   needs the ComputeDomain named for those cliques
-  (:func:`kubeforge.builders.training.compute_domain_name`): created before its pods.
+  (:func:`kubeforge.objects.compute_domain_name`): created before its pods.
 - While the gang waits to be placed again (a restart), its domains are kept: a restart in the same
   cliques reuses its domain and the IMEX daemons come back at once.
 - A domain the gang no longer needs (it moved, finished, was suspended or deleted) is released once
@@ -19,11 +19,10 @@
 from __future__ import annotations
 
 from kubeforge.accelerators import nvidia
-from kubeforge.builders.training import compute_domain_name
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.objects import (
     COMPUTE_DOMAIN_PENDING, COMPUTE_DOMAIN_READY, GANG_NOT_PLACED, IMEX_DAEMONS_NOT_READY, IMEX_DAEMONS_READY, PENDING,
-    RESTARTING,
+    RESTARTING, compute_domain_name,
 )
 
 DOMAIN_RECHECK_SECONDS = 5.0

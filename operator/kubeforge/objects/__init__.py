@@ -3,7 +3,8 @@
 One node model (:class:`Node`) with the one interruption predicate
 (:func:`interruption_reason`), one pod model (:class:`Pod`) with the one definition of a
 terminal pod (:func:`is_terminal`) and the scheduler's request rule (:func:`pod_requests`),
-conditions (:func:`set_condition`) and timestamps (:func:`rfc3339`, :func:`parse_time`),
+conditions (:func:`set_condition`) and timestamps (:func:`rfc3339`, :func:`parse_time`), the
+names and labels of the objects made for jobs and services (``_names``: :func:`worker_pod_name`...),
 records of kubeforge's own objects with their specs parsed once into the API models
 (:class:`Record`), and the one definition of a job's current attempt
 (:func:`current_attempt`), and the status vocabulary (``_reasons``: TrainingJob phases, condition
@@ -18,6 +19,11 @@ from kubeforge.objects._labels import (
 from kubeforge.objects import _reasons
 from kubeforge.objects._conditions import MAX_CONDITION_MESSAGE, conditions_equal, set_condition
 from kubeforge.objects._timestamps import loose_time, parse_time, rfc3339
+from kubeforge.objects._names import (
+    MAX_HOSTNAME, WORKERS_SERVICE, channel_template_name, compute_domain_name, gpu_claim_template_name, group_hostname,
+    group_pod_name, job_labels, leader_address, master_address, pvc_name, service_labels, slice_name, worker_hostname,
+    worker_pod_name,
+)
 from kubeforge.objects._reasons import *  # noqa: F401,F403  (the status vocabulary: phases, condition types, reasons)
 from kubeforge.objects._node import (
     BLOCKING_EFFECTS, DEFAULT_NOT_READY_GRACE, INTERRUPTION_TAINT_PREFIXES, NATIVE_RESOURCES, Node, Taint,
@@ -44,6 +50,9 @@ from kubeforge.objects._records import (
 
 __all__ = [
     "MAX_CONDITION_MESSAGE", "conditions_equal", "loose_time", "parse_time", "rfc3339", "set_condition",
+    "MAX_HOSTNAME", "WORKERS_SERVICE", "channel_template_name", "compute_domain_name", "gpu_claim_template_name",
+    "group_hostname", "group_pod_name", "job_labels", "leader_address", "master_address", "pvc_name", "service_labels",
+    "slice_name", "worker_hostname", "worker_pod_name",
     "CLIQUE_LABEL", "COMPUTE_DOMAIN_API_VERSION", "COMPUTE_DOMAIN_GROUP", "COMPUTE_DOMAIN_VERSION", "EMPTY_INVENTORY",
     "ClaimView", "ComputeDomainView", "DeviceInventory", "SliceView", "claim_from_k8s", "compute_domain_from_k8s",
     "dra_key", "inventory", "is_dra_key", "slice_from_k8s", "with_devices",

@@ -11,11 +11,10 @@ from typing import Any
 
 from kubeforge.accelerators import nvidia
 from kubeforge.admission import PoolView, clique_level, gang_request, is_dra_pool
-from kubeforge.builders.training import (
-    COMPUTE_DOMAIN_FINALIZER, build_compute_domain, build_gpu_claim_template, channel_template_name,
-    compute_domain_name, gpu_claim_template_name,
+from kubeforge.builders.training import COMPUTE_DOMAIN_FINALIZER, build_compute_domain, build_gpu_claim_template
+from kubeforge.objects import (
+    Key, PlacementRecord, TrainingJobRecord, channel_template_name, compute_domain_name, gpu_claim_template_name,
 )
-from kubeforge.objects import Key, PlacementRecord, TrainingJobRecord
 from kubeforge.runtime.client import RESOURCES, ApiError, Resource
 from kubeforge.runtime.state import Runtime
 

@@ -37,11 +37,11 @@ from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, Signals, decide
 from kubeforge.autoscaling.prometheus import QueryResult, queue_template, render_query
-from kubeforge.objects import conditions_equal, set_condition
-from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash, slice_name
-from kubeforge.builders.training import WORKERS_SERVICE, build_workers_service
+from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash
+from kubeforge.builders.training import build_workers_service
 from kubeforge.objects import (
-    INVALID_SPEC, POOL_NOT_FOUND, READY, WARNING, InferenceServiceRecord, Key, condition, groups_of, refusal_reason,
+    INVALID_SPEC, POOL_NOT_FOUND, READY, WARNING, WORKERS_SERVICE, InferenceServiceRecord, Key, condition,
+    conditions_equal, groups_of, refusal_reason, set_condition, slice_name,
 )
 from kubeforge.runtime.cache import service_key
 from kubeforge.runtime.client import ApiError

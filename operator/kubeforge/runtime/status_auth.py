@@ -20,8 +20,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
-from kubeforge.builders.training import pod_name
-from kubeforge.objects import Key, Pod, current_attempt
+from kubeforge.objects import Key, Pod, current_attempt, worker_pod_name
 from kubeforge.progress import AuthError, Identity, TokenBucket, bearer, identity_from_review, precheck, review_body
 from kubeforge.runtime.client import ApiError
 
@@ -151,7 +150,7 @@ def reporting_pod(pods: list[Pod], status: Any, job: Key, who: Identity) -> Pod:
     ns, name = job
     attempt = current_attempt(status)
     pod = next((p for p in pods if p.name == who.pod), None)
-    if pod is None or pod.job != name or pod.name != pod_name(name, pod.rank, pod.attempt):
+    if pod is None or pod.job != name or pod.name != worker_pod_name(name, pod.rank, pod.attempt):
         raise AuthError(403, f"pod {who.pod} is not a worker of TrainingJob {ns}/{name}")
     if pod.attempt != attempt:
         raise AuthError(403, f"pod {who.pod} belongs to attempt {pod.attempt}; TrainingJob {ns}/{name} "

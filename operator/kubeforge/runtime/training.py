@@ -19,16 +19,14 @@ from typing import Any
 
 from kubeforge import metrics
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
-from kubeforge.builders.training import (
-    build_pvc, build_worker_pod, build_workers_service, pod_name, pvc_name, spec_hash, WORKERS_SERVICE,
-)
+from kubeforge.builders.training import build_pvc, build_worker_pod, build_workers_service, spec_hash
 from kubeforge.lifecycle import (
     OUR_GATES, CreateError, RestartCause, TrainingContext, TrainingPlan, claim_wait, plan_training,
 )
 from kubeforge.admission import gang_request
 from kubeforge.objects import (
-    RESUMED, RUNNING, SPEC_CHANGED, SUCCEEDED, SUSPENDED, VOLUME_GATE, WARNING, Key, Pod, TrainingJobRecord,
-    current_attempt, placement_of, rank_gpus,
+    RESUMED, RUNNING, SPEC_CHANGED, SUCCEEDED, SUSPENDED, VOLUME_GATE, WARNING, WORKERS_SERVICE, Key, Pod,
+    TrainingJobRecord, current_attempt, placement_of, pvc_name, rank_gpus, worker_pod_name,
 )
 
 from kubeforge.runtime.client import ApiError
@@ -298,7 +296,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
         if failed:
             return
     made = cache.expectations.pending_creates(key)
-    ranks = [r for r in plan.create_ranks if pod_name(job.name, r, attempt) not in made]
+    ranks = [r for r in plan.create_ranks if worker_pod_name(job.name, r, attempt) not in made]
     if not ranks:
         return
     await ensure_status_ca(rt, ns)  # the CA the pods' projected volume reads, before the pods

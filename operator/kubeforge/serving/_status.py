@@ -19,7 +19,7 @@ from kubeforge.autoscaling import Decision
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.prometheus import QueryResult
 from kubeforge.objects import rfc3339, set_condition
-from kubeforge.builders.serving import pod_name
+from kubeforge.objects import group_pod_name
 from kubeforge.objects import (
     INVALID_SPEC, NO_FAILED_GROUPS, NO_READY_REPLICAS, NORMAL, READY as READY_CONDITION, REPLICA_GROUP_FAILED,
     REPLICAS_READY, SCALED, SCALED_TO_ZERO, WARNING, GroupRecord, InferenceServiceRecord, condition,
@@ -102,7 +102,7 @@ def groups_status(svc: InferenceServiceRecord, ctx: _Context,
         ``NoReadyReplicas`` with the first group's message or admission's wait, ``InvalidSpec``
         with its Warning once) and ``ReplicaGroupFailed``.
     """
-    rows = [group_status(g, pod_name(svc.name, g.index, 0, g.attempt))
+    rows = [group_status(g, group_pod_name(svc.name, g.index, 0, g.attempt))
             for g in sorted(groups.values(), key=lambda g: g.index)]
     ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None)
     holding = sum(1 for g in groups.values() if g.holds)

@@ -38,8 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kubeforge.api import STATUS_TOKEN_AUDIENCE
 from kubeforge.builders.reporting import CA_FILE, STATUS_VOLUME, TOKEN_FILE
-from kubeforge.builders.training import WORKERS_SERVICE
-from kubeforge.objects import main_container
+from kubeforge.objects import WORKERS_SERVICE, main_container
 
 DEBIAN_PYTHON = "/usr/bin/python3"
 """The interpreter Debian's ``python3-torch`` is installed for."""
