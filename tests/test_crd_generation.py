@@ -156,7 +156,8 @@ def test_names_scope_and_status_subresource(
         ("GPUPool", ["Nodes", "GPUs", "Free", "Allocated", "Spot GPUs", "Ready", "Age"]),
         ("TrainingJob", ["Phase", "Pool", "Domain", "Replicas", "GPUs/Replica", "Progress", "ETA", "Preemptions",
                          "Failures", "Age"]),
-        ("InferenceService", ["Ready", "Desired", "Nodes/Replica", "Min", "Max", "Queue", "URL", "Age"]),
+        ("InferenceService", ["Ready", "Desired", "Nodes/Replica", "Min", "Max", "Queue", "URL", "Standby", "Start-P90",
+                              "Age"]),
     ],
 )
 def test_printer_columns(kind: str, columns: list[str]) -> None:

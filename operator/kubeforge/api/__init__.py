@@ -79,6 +79,17 @@ from ._inferenceservice import (
     ScaleUpRules,
     ServingTopology,
 )
+from ._serving_start import (
+    MAX_START_SAMPLES,
+    ForecastStatus,
+    GroupStart,
+    Predictive,
+    PredictiveMode,
+    Standby,
+    StandbyState,
+    StartEstimate,
+    StartTimes,
+)
 from ._parse import (
     RESOURCE_KINDS,
     Resource,
@@ -194,6 +205,15 @@ __all__ = [
     "ScaleDownRules",
     "ScaleUpRules",
     "ServingTopology",
+    "MAX_START_SAMPLES",
+    "ForecastStatus",
+    "GroupStart",
+    "Predictive",
+    "PredictiveMode",
+    "Standby",
+    "StandbyState",
+    "StartEstimate",
+    "StartTimes",
     # activation (the activator's contract with the operator)
     "DEFAULT_ACTIVATION_HOLD_SECONDS",
     "DEFAULT_ACTIVATION_QUEUE_LIMIT",

@@ -12,6 +12,7 @@ from .. import API_VERSION
 from ._activation import Activation
 from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, MAX_NAME_LENGTH, KubeModel, name_rules, schema_default
 from ._core import Condition, ObjectMeta, PodTemplate, conditions_field
+from ._serving_start import ForecastStatus, GroupStart, Predictive, Standby, StandbyState, StartTimes
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
@@ -190,6 +191,11 @@ class Autoscaling(KubeModel):
                     "message": "autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
                     "VLLMWaiting (the default) when slo is set",
                 },
+                {
+                    "rule": "!has(self.predictive) || self.predictive.mode == 'Off' || self.metric == 'VLLMWaiting'",
+                    "message": "autoscaling.predictive forecasts vLLM's admission rate: leave autoscaling.metric at "
+                    "VLLMWaiting (the default) when predictive.mode is not Off",
+                },
             ]
         }
     )
@@ -276,6 +282,11 @@ class Autoscaling(KubeModel):
         "model of ITL against running requests, the inter-token latency), and scale-up goes "
         "there at once. Left out, the service scales on queue depth (metric).",
     )
+    predictive: Predictive = Field(
+        default_factory=Predictive,
+        description="predictive asks for replicas one start ahead of the forecast demand (never fewer).",
+        json_schema_extra=schema_default(Predictive),
+    )
 
     @property
     def queue_target(self) -> float:
@@ -296,6 +307,9 @@ class Autoscaling(KubeModel):
         if self.slo is not None and self.metric != Metric.VLLM_WAITING:
             raise ValueError("autoscaling.slo reads vLLM's metrics: leave autoscaling.metric at "
                              "VLLMWaiting (the default) when slo is set")
+        if self.predictive.mode.value != "Off" and self.metric != Metric.VLLM_WAITING:
+            raise ValueError("autoscaling.predictive forecasts vLLM's admission rate: leave autoscaling.metric at "
+                             "VLLMWaiting (the default) when predictive.mode is not Off")
         return self
 
 
@@ -380,6 +394,10 @@ class InferenceServiceSpec(KubeModel):
                     "rule": "!has(self.parallelism) || !has(self.gpusPerReplica) || "
                     "self.gpusPerReplica == self.parallelism.tensor * self.parallelism.pipeline",
                     "message": "gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)",
+                },
+                {
+                    "rule": "!has(self.standby) || self.standby.replicas == 0 || !has(self.engine) || self.engine == 'vllm'",
+                    "message": "standby replicas sleep through vLLM's sleep mode: standby.replicas needs engine vllm",
                 },
             ]
         }
@@ -476,6 +494,11 @@ class InferenceServiceSpec(KubeModel):
         description="autoscaling sizes the service from its request queue.",
         json_schema_extra=schema_default(Autoscaling),
     )
+    standby: Standby = Field(
+        default_factory=Standby,
+        description="standby keeps replicas started but asleep, out of the Service, for fast scale-up.",
+        json_schema_extra=schema_default(Standby),
+    )
 
     _check_pools = field_validator("pools")(check_unique_pools)
 
@@ -486,6 +509,8 @@ class InferenceServiceSpec(KubeModel):
         if self.parallelism is not None and self.gpus_per_replica is not None and \
                 self.gpus_per_replica != self.parallelism.gpus:
             raise ValueError("gpusPerReplica must equal parallelism.tensor x parallelism.pipeline (or be left out)")
+        if self.standby.replicas and self.engine != Engine.VLLM:
+            raise ValueError("standby replicas sleep through vLLM's sleep mode: standby.replicas needs engine vllm")
         return self
 
     @property
@@ -509,6 +534,7 @@ class GroupPhase(str, Enum):
     STARTING = "Starting"
     READY = "Ready"
     DRAINING = "Draining"
+    STANDBY = "Standby"
     FAILED = "Failed"
 
 
@@ -525,7 +551,8 @@ class ReplicaGroup(KubeModel):
     index: int = Field(ge=0, le=10000, description="index of the group (pods carry it as kubeforge.io/group-index).")
     attempt: int = Field(default=0, ge=0, description="attempt moves by one each time the group is recreated; "
                          "pods carry it as kubeforge.io/restart-attempt.")
-    phase: GroupPhase = Field(default=GroupPhase.STARTING, description="phase is Starting, Ready, Draining or Failed.")
+    phase: GroupPhase = Field(default=GroupPhase.STARTING, description="phase is Starting, Ready, Draining, Standby "
+                              "(started and kept asleep, out of the Service) or Failed.")
     pool: Optional[str] = Field(default=None, max_length=MAX_NAME_LENGTH, description="pool is the GPUPool the group is in.")
     level: Optional[str] = Field(default=None, max_length=MAX_LABEL_LENGTH, description="level is the topology level "
                                  "whose one domain holds the group.")
@@ -551,6 +578,11 @@ class ReplicaGroup(KubeModel):
                                   "start (startupTimeoutSeconds, a node it could not be scheduled on).")
     message: Optional[str] = Field(default=None, max_length=4096, description="message says what the group "
                                    "waits for or why it failed.")
+    start: Optional[GroupStart] = Field(default=None, description="start is how long its start took, phase by phase.")
+    standby: Optional[StandbyState] = Field(default=None, description="standby is Pending, Asleep or Waking for a "
+                                            "standby replica (spec.standby), absent for a serving one.")
+    standby_since: Optional[datetime] = Field(default=None, description="standbySince is when it fell asleep or "
+                                              "was asked to wake.")
 
 
 class InferenceServiceStatus(KubeModel):
@@ -593,6 +625,13 @@ class InferenceServiceStatus(KubeModel):
         description="nodesPerReplica is the pods (one per node) of one replica, from parallelism and the "
         "pool's GPUs per node.",
     )
+    standby_replicas: int = Field(default=0, ge=0, description="standbyReplicas is the replicas asleep (spec.standby).")
+    standby_gpus: int = Field(default=0, ge=0, alias="standbyGPUs", description="standbyGPUs is the GPUs the standby "
+                              "replicas hold: what the insurance costs.")
+    start_time: Optional[StartTimes] = Field(default=None, description="startTime is the service's measured starts "
+                                             "and wakes (predictive scale-up's lead time).")
+    forecast: Optional[ForecastStatus] = Field(default=None, description="forecast is predictive scale-up's last "
+                                               "forecast.")
     conditions: list[Condition] = conditions_field(
         "Ready, ScalingActive, ScalingLimited, ReplicaGroupFailed, SLOMet")
     url: Optional[str] = Field(
@@ -626,6 +665,9 @@ class InferenceService(KubeModel):
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.lastMetricValue"},
         {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+        # kubectl get -o wide: the replicas kept asleep (spec.standby) and the measured start (issue 28)
+        {"name": "Standby", "type": "integer", "jsonPath": ".status.standbyReplicas", "priority": 1},
+        {"name": "Start-P90", "type": "number", "jsonPath": ".status.startTime.cold.p90Seconds", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 
