@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 
 from kubeforge.admission import JobView, awaiting_admission
-from kubeforge.objects import parse_time, rfc3339
 from kubeforge.builders.training import spec_hash
-from kubeforge.lifecycle import (
-    KUBELET_REJECTIONS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, rejected_by_kubelet,
+from kubeforge.lifecycle import WAIT_MESSAGE_REFRESH_SECONDS, CreateError
+from kubeforge.objects import (
+    KUBELET_REJECTIONS, SCHEDULE_TIMEOUT, PlacementRecord, Pod, parse_time, rejected_by_kubelet, rfc3339,
 )
-from kubeforge.objects import PlacementRecord, Pod
 from training_builders import (
     GENERATION, NAME, NOW, NS, OD, SPOT, admitted, cond, deleted, event_reasons, job, job_body, merged, node_names,
     nodes, placement, plan, pod, pods, record, restarts,

@@ -8,12 +8,10 @@ refused creates, disruption, failure, success, time limit, startup, progress) in
 from kubeforge.lifecycle._accounting import backoff, checkpoint_from
 from kubeforge.lifecycle._disruption import disruption_reasons
 from kubeforge.lifecycle._domain import compute_domain_policy
-from kubeforge.lifecycle._outcome import KUBELET_REJECTIONS, rejected_by_kubelet
 from kubeforge.lifecycle._plan import (
-    GPU_HOURS_FOLD_SECONDS, PROGRESS_WRITE_SECONDS, SCHEDULE_TIMEOUT, WAIT_MESSAGE_REFRESH_SECONDS, CreateError,
-    RestartCause, StatusDraft, TrainingContext, TrainingPlan,
+    GPU_HOURS_FOLD_SECONDS, PROGRESS_WRITE_SECONDS, WAIT_MESSAGE_REFRESH_SECONDS, CreateError, RestartCause,
+    StatusDraft, TrainingContext, TrainingPlan,
 )
-from kubeforge.lifecycle._startup import own_constraint_cause, waits_for_volume
 from kubeforge.lifecycle._stop import back_to_admission, fail_job
 from kubeforge.lifecycle._time_limit import account_run_time, run_seconds, time_limit_policy
 from kubeforge.lifecycle._training import plan_training
@@ -26,9 +24,9 @@ from kubeforge.objects import (  # the ComputeDomainReady and volume reasons, wh
 __all__ = [
     "COMPUTE_DOMAIN_PENDING", "COMPUTE_DOMAIN_READY", "GANG_NOT_PLACED", "IMEX_DAEMONS_NOT_READY",
     "IMEX_DAEMONS_READY", "compute_domain_policy",
-    "GPU_HOURS_FOLD_SECONDS", "KUBELET_REJECTIONS", "OUR_GATES", "SCHEDULE_TIMEOUT", "VOLUME_NOT_BOUND",
+    "GPU_HOURS_FOLD_SECONDS", "OUR_GATES", "VOLUME_NOT_BOUND",
     "PROGRESS_WRITE_SECONDS", "WAIT_MESSAGE_REFRESH_SECONDS",
     "CreateError", "RestartCause", "StatusDraft", "claim_wait", "TrainingContext", "TrainingPlan", "back_to_admission",
-    "backoff", "checkpoint_from", "disruption_reasons", "fail_job", "own_constraint_cause", "plan_training",
-    "rejected_by_kubelet", "waits_for_volume", "account_run_time", "run_seconds", "time_limit_policy",
+    "backoff", "checkpoint_from", "disruption_reasons", "fail_job", "plan_training",
+    "account_run_time", "run_seconds", "time_limit_policy",
 ]

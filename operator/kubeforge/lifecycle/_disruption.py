@@ -21,12 +21,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kubeforge.lifecycle._outcome import rejected_by_kubelet
 from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import fail_job, stop_gang
 from kubeforge.objects import (
     ADMITTED, PREEMPTED, PREEMPTION_LIMIT_EXCEEDED, READY, RESTARTING, RUNNING, WARNING, Pod, interruption_reason,
-    not_ready_wait,
+    not_ready_wait, rejected_by_kubelet,
 )
 
 EVICTION_REASONS = ("Evicted", "Preempting")

@@ -10,19 +10,8 @@ from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext
 from kubeforge.lifecycle._stop import fail_job, stop_gang
 from kubeforge.objects import (
     ADMITTED, ALL_WORKERS_SUCCEEDED, BACKOFF, BACKOFF_LIMIT_EXCEEDED, NORMAL, READY, RESTARTING, RUNNING, SUCCEEDED,
-    WARNING, WORKER_FAILED, Pod,
+    WARNING, WORKER_FAILED, Pod, rejected_by_kubelet,
 )
-
-KUBELET_REJECTIONS = ("NodeAffinity", "NodeSelectorMismatching", "UnexpectedAdmissionError", "Taint")
-"""``status.reason`` of a pod the kubelet refused at admission (with ``OutOf<resource>``): the
-pod never ran, so it is a lost placement, not a failure of the workload."""
-
-
-def rejected_by_kubelet(p: Pod) -> bool:
-    """The kubelet refused the pod at admission (see :data:`KUBELET_REJECTIONS`)."""
-    return p.phase == "Failed" and bool(p.reason) and (
-        p.reason in KUBELET_REJECTIONS or str(p.reason).startswith("OutOf"))
-
 
 def failure_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, current: Sequence[Pod]) -> bool:
     """A worker that ended ``Failed`` (not a disruption, not a kubelet rejection) restarts the

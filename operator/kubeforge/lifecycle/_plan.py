@@ -7,17 +7,13 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import TrainingJobSpec
-from kubeforge.objects import rfc3339, set_condition
 from kubeforge.objects import (
-    ComputeDomainView, DEFAULT_NOT_READY_GRACE, NEEDS_SPEC_CHANGE_CODES, PENDING, Node, PlacementRecord, Pod,
-    TrainingJobRecord, condition, current_attempt, placement_of, status_time,
+    DEFAULT_NOT_READY_GRACE, NEEDS_SPEC_CHANGE_CODES, PENDING, SCHEDULE_TIMEOUT, ComputeDomainView, Node,
+    PlacementRecord, Pod, TrainingJobRecord, condition, current_attempt, placement_of, rfc3339, set_condition,
+    status_time,
 )
 from kubeforge.placement import GangRequest, NodeInfo
 from kubeforge.progress import Report
-
-SCHEDULE_TIMEOUT = 30.0
-"""Seconds a created worker may stay Unschedulable (for a reason other than its volumes)
-before the gang's placement counts as lost: something outside kubeforge took its GPUs."""
 
 GPU_HOURS_FOLD_SECONDS = 600.0
 """``status.gpuHours`` of a running job is brought up to date at most this often (the live
@@ -89,7 +85,7 @@ class TrainingContext:
         create_error: A create the API server refused for the current attempt, or None.
         spec_hash: :func:`kubeforge.builders.training.spec_hash` of the current spec.
         not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
-        schedule_timeout: See :data:`SCHEDULE_TIMEOUT`.
+        schedule_timeout: See :data:`kubeforge.objects.SCHEDULE_TIMEOUT`.
         preempted_by: ``(reason, message)`` when admission chose this running gang as a victim
             (``PreemptedByHigherPriority`` or ``QuotaReclaimed``), else None.
         claim_wait: Why the gang's pods wait behind the volume gate (its checkpoint claim is

@@ -11,36 +11,16 @@ import re
 from typing import Any, Mapping, Sequence
 
 from kubeforge.lifecycle._accounting import backoff
-from kubeforge.lifecycle._outcome import rejected_by_kubelet
 from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import back_to_admission, fail_job, stop_gang
 from kubeforge.objects import (
     ADMITTED, CREATE_FAILED, INVALID_SPEC, NORMAL, PENDING, PLACEMENT_LOST, READY, RUNNING, SPEC_CHANGED,
     STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, VOLUME_NOT_BOUND, WARNING,
-    Pod, status_time,
+    Pod, own_constraint_cause, rejected_by_kubelet, status_time, waits_for_volume,
 )
 from kubeforge.placement import node_misfit
 
-SCHEDULER_OWN_CONSTRAINT_REASONS: dict[str, str] = {
-    "didn't match pod affinity rules": "podAffinity",
-    "didn't match pod anti-affinity rules": "podAntiAffinity",
-    "didn't match pod topology spread constraints": "topologySpreadConstraints",
-}
-"""kube-scheduler's filter reasons that only a pod's own constraints produce (the
-``InterPodAffinity`` plugin's ``ErrReasonAffinityRulesNotMatch`` /
-``ErrReasonAntiAffinityRulesNotMatch`` and ``PodTopologySpread``'s ``ErrReasonConstraintsNotMatch``,
-kubernetes/pkg/scheduler/framework/plugins), with the template field each points at. Another
-pod's anti-affinity against ours ("didn't satisfy existing pods anti-affinity rules") is not
-among them: that one is someone else's doing."""
-
 _CAMEL = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-
-
-def waits_for_volume(message: str | None) -> bool:
-    """kube-scheduler's Unschedulable ``message`` says the pod waits for its volumes (an unbound
-    claim, a claim not found yet): the GPUs are still ours, the storage is slow; the startup
-    timeout covers it. (kube-scheduler's message is the only place that says so.)"""
-    return "volume" in (message or "").lower()
 
 
 def spec_change_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan) -> bool:
@@ -124,33 +104,12 @@ def _not_started(current: Sequence[Pod], replicas: int, claim_wait: str | None =
             f"{running} of {replicas} workers Running: {detail}")
 
 
-def _requires(template: Mapping[str, Any], field: str) -> bool:
-    """Whether the pod template sets a hard constraint of ``field`` (required podAffinity /
-    podAntiAffinity, or a topology spread constraint that does not schedule when unmet)."""
-    if field == "topologySpreadConstraints":
-        return any((c or {}).get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
-                   for c in template.get("topologySpreadConstraints") or [])
-    aff = ((template.get("affinity") or {}).get(field) or {})
-    return bool(aff.get("requiredDuringSchedulingIgnoredDuringExecution"))
-
-
-def own_constraint_cause(template: Mapping[str, Any], pod: Pod) -> str | None:
-    """Why kube-scheduler refuses ``pod`` on its node because of the template's own hard
-    inter-pod constraints (the scheduler's message names their filter, and the template sets
-    them: :data:`SCHEDULER_OWN_CONSTRAINT_REASONS`), or None."""
-    message = pod.unschedulable_message or ""
-    for text, field in SCHEDULER_OWN_CONSTRAINT_REASONS.items():
-        if text in message and _requires(template, field):
-            return f"the template's {field} cannot be met on node {pod.where} (kube-scheduler: {message[:300]})"
-    return None
-
-
 def template_cause(ctx: TrainingContext, template: Mapping[str, Any], pod: Pod) -> str | None:
     """Why the job's own template keeps ``pod`` off its node, or None when it does not explain
     kube-scheduler's (or the kubelet's) answer: the same predicate placement filters nodes with
     (:func:`kubeforge.placement.node_misfit`: GPUs, cpu, memory and other resources, node
     constraints, taints), then the template's own hard inter-pod constraints when the
-    scheduler's message names their filter (:data:`SCHEDULER_OWN_CONSTRAINT_REASONS`)."""
+    scheduler's message names their filter (:data:`kubeforge.objects.SCHEDULER_OWN_CONSTRAINT_REASONS`)."""
     node = pod.where
     info = ctx.pool_nodes.get(node) if node else None
     if ctx.request is not None and info is not None:

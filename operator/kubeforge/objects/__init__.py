@@ -5,6 +5,8 @@ One node model (:class:`Node`) with the one interruption predicate
 terminal pod (:func:`is_terminal`) and the scheduler's request rule (:func:`pod_requests`),
 conditions (:func:`set_condition`) and timestamps (:func:`rfc3339`, :func:`parse_time`), the
 names and labels of the objects made for jobs and services (``_names``: :func:`worker_pod_name`...),
+why a placed pod does not start, as a gang and a serving group both read it (``_refusals``:
+:func:`rejected_by_kubelet`, :data:`SCHEDULE_TIMEOUT`...),
 records of kubeforge's own objects with their specs parsed once into the API models
 (:class:`Record`), and the one definition of a job's current attempt
 (:func:`current_attempt`), and the status vocabulary (``_reasons``: TrainingJob phases, condition
@@ -42,6 +44,10 @@ from kubeforge.objects._dra import (
     EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, SliceView, claim_from_k8s, compute_domain_from_k8s,
     dra_key, inventory, is_dra_key, slice_from_k8s, with_devices,
 )
+from kubeforge.objects._refusals import (
+    KUBELET_REJECTIONS, SCHEDULE_TIMEOUT, SCHEDULER_OWN_CONSTRAINT_REASONS, own_constraint_cause, rejected_by_kubelet,
+    waits_for_volume,
+)
 from kubeforge.objects._records import (
     DeploymentState, GroupRecord, InferenceServiceRecord, Key, PlacementRecord, PoolRecord, Record, TrainingJobRecord, condition,
     condition_time, current_attempt, deployment_from_k8s, groups_of, parse_spec, placement_of, rank_gpus, rank_requests,
@@ -53,6 +59,8 @@ __all__ = [
     "MAX_HOSTNAME", "WORKERS_SERVICE", "channel_template_name", "compute_domain_name", "gpu_claim_template_name",
     "group_hostname", "group_pod_name", "job_labels", "leader_address", "master_address", "pvc_name", "service_labels",
     "slice_name", "worker_hostname", "worker_pod_name",
+    "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "SCHEDULER_OWN_CONSTRAINT_REASONS", "own_constraint_cause",
+    "rejected_by_kubelet", "waits_for_volume",
     "CLIQUE_LABEL", "COMPUTE_DOMAIN_API_VERSION", "COMPUTE_DOMAIN_GROUP", "COMPUTE_DOMAIN_VERSION", "EMPTY_INVENTORY",
     "ClaimView", "ComputeDomainView", "DeviceInventory", "SliceView", "claim_from_k8s", "compute_domain_from_k8s",
     "dra_key", "inventory", "is_dra_key", "slice_from_k8s", "with_devices",

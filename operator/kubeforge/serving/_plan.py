@@ -43,11 +43,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import DrainReason, GroupPhase, InferenceServiceSpec, StartupPolicy
-from kubeforge.lifecycle import SCHEDULE_TIMEOUT, own_constraint_cause, rejected_by_kubelet, waits_for_volume
 from kubeforge.objects import (
     ADMITTED, DEFAULT_NOT_READY_GRACE, DRAINING, NORMAL, PLACEMENT_LOST, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED,
-    REPLICA_GROUP_RESTARTED, ROLLING_OUT, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING,
-    GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason,
+    REPLICA_GROUP_RESTARTED, ROLLING_OUT, SCHEDULE_TIMEOUT, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE,
+    WARNING, GroupRecord, InferenceServiceRecord, Node, Pod, groups_of, interruption_reason, own_constraint_cause,
+    rejected_by_kubelet, waits_for_volume,
 )
 from kubeforge.admission import AssumedGroup, GroupShape, scale_down_order
 from kubeforge.serving._status import ScalingOutcome, groups_status, scaling_events, scaling_status
@@ -80,7 +80,7 @@ class ServingContext:
             known; a group missing here is assumed busy while it drains.
         waiting: Admission's ``(reason, message)`` for groups that found no room, or None.
         not_ready_grace: Seconds a node may be NotReady before its pods count as lost.
-        schedule_timeout: See :data:`kubeforge.lifecycle.SCHEDULE_TIMEOUT`.
+        schedule_timeout: See :data:`kubeforge.objects.SCHEDULE_TIMEOUT`.
         namespace_terminating: The namespace is being deleted: nothing is decided.
         scaling: The autoscaler's outcome (its decision, the metric read, the count it started
             from), or None: with it, the plan's status and Events carry the autoscaler's part too
