@@ -211,6 +211,65 @@ def _place_serving(snapshot: Snapshot, views: Mapping[str, PoolView], taken: dic
     return groups, waits
 
 
+def _pending_gangs(snapshot: Snapshot, now: float,
+                   plan: AdmissionPlan) -> tuple[dict[str, JobView], list[PendingGang]]:
+    """The gangs waiting for admission: by ``namespace/name``, and as the queue orders them.
+
+    On the way, ``plan`` gets the earliest end of a restart back-off after which a job would
+    wait for admission (``backoff_ends``), and a Wait (InvalidSpec) for every job whose pod
+    template cannot be placed: one malformed template never stops admission for the cluster.
+    Jobs in a terminating namespace are left out.
+    """
+    by_key: dict[str, JobView] = {}
+    queue: list[PendingGang] = []
+    for job in snapshot.jobs.values():
+        if not awaiting_admission(job, now):
+            ends = status_time(job.status, "restartNotBefore")
+            if ends is not None and ends > now and awaiting_admission(job, ends):
+                plan.backoff_ends = ends if plan.backoff_ends is None else min(plan.backoff_ends, ends)
+            continue
+        if job.record.namespace not in snapshot.terminating:
+            k = f"{job.key[0]}/{job.key[1]}"
+            try:
+                request = gang_request(job.record)
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                # One malformed template must never stop admission for the whole cluster: the
+                # job waits (InvalidSpec, until its spec changes) and the round goes on.
+                plan.wait.append(Wait(job.key, INVALID_SPEC, f"the pod template cannot be placed: {e}"))
+                continue
+            by_key[k] = job
+            queue.append(PendingGang(k, request, job.record.spec.priority,  # type: ignore[union-attr]
+                                     job.record.created))
+    return by_key, queue
+
+
+def _decide_gang(job: JobView, pending: PendingGang, snapshot: Snapshot, now: float, rnd: Round,
+                 memo: AdmissionMemo, waits: dict[Key, tuple]) -> Admit | Wait | Preempt:
+    """One gang's decision, in its turn: a checkpoint volume that can never bind waits
+    (:func:`_storage_wait`); a gang that did not fit before and whose pools got no freer, with
+    the same queue ahead of it (the memo), waits again without being placed; else the round
+    places it (:meth:`Round.place`: admitted, a wait, or a preemption). A Wait is recorded in
+    ``waits`` (the next memo) and may get a reservation (:meth:`Round.after_wait`)."""
+    spec = job.record.spec
+    assert spec is not None
+    decision: Admit | Wait | Preempt | None = _storage_wait(job, snapshot)
+    if decision is not None:
+        return decision
+    allowed = candidate_pools(job, now)
+    sig = (job.record.uid, job.record.generation, tuple(allowed))
+    epochs = tuple(memo.epoch.get(p, -1) for p in spec.pools)
+    queued = rnd.queue.signature(spec.pools)
+    hit = memo.waits.get(job.key)
+    if hit is not None and hit[:3] == (sig, epochs, queued) and job.key not in snapshot.nominations:
+        decision = hit[3]  # nothing got freer since it did not fit: it still does not
+    else:
+        decision = rnd.place(job, pending.request, list(spec.pools), allowed)
+    if isinstance(decision, Wait):
+        waits[job.key] = (sig, epochs, queued, decision)
+        decision = rnd.after_wait(job, pending.request, allowed, decision)
+    return decision
+
+
 def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = None,
                    rules: AdmissionRules | None = None) -> AdmissionPlan:
     """Decide, for the whole cluster, which gangs get GPUs now and which serving replicas get a
@@ -239,46 +298,12 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules)
     taken = rnd.taken
 
-    by_key: dict[str, JobView] = {}
-    queue = []
-    for job in snapshot.jobs.values():
-        if not awaiting_admission(job, now):
-            ends = status_time(job.status, "restartNotBefore")
-            if ends is not None and ends > now and awaiting_admission(job, ends):
-                plan.backoff_ends = ends if plan.backoff_ends is None else min(plan.backoff_ends, ends)
-            continue
-        if job.record.namespace not in snapshot.terminating:
-            k = f"{job.key[0]}/{job.key[1]}"
-            try:
-                request = gang_request(job.record)
-            except (TypeError, ValueError, AttributeError, KeyError) as e:
-                # One malformed template must never stop admission for the whole cluster: the
-                # job waits (InvalidSpec, until its spec changes) and the round goes on.
-                plan.wait.append(Wait(job.key, INVALID_SPEC, f"the pod template cannot be placed: {e}"))
-                continue
-            by_key[k] = job
-            queue.append(PendingGang(k, request, job.record.spec.priority,  # type: ignore[union-attr]
-                                     job.record.created))
+    by_key, queue = _pending_gangs(snapshot, now, plan)
     memo.advance(plan.views, {name: rnd.preemption_signature(name) for name in plan.views})
-    waits = {}
+    waits: dict[Key, tuple] = {}
     for pending in rules.entry_order(queue, lambda p: rnd.borrows(by_key[p.key], p.request.gpus)):
         job = by_key[pending.key]
-        spec = job.record.spec
-        assert spec is not None
-        decision: Admit | Wait | Preempt | None = _storage_wait(job, snapshot)
-        if decision is None:
-            allowed = candidate_pools(job, now)
-            sig = (job.record.uid, job.record.generation, tuple(allowed))
-            epochs = tuple(memo.epoch.get(p, -1) for p in spec.pools)
-            queued = rnd.queue.signature(spec.pools)
-            hit = memo.waits.get(job.key)
-            if hit is not None and hit[:3] == (sig, epochs, queued) and job.key not in snapshot.nominations:
-                decision = hit[3]  # nothing got freer since it did not fit: it still does not
-            else:
-                decision = rnd.place(job, pending.request, list(spec.pools), allowed)
-            if isinstance(decision, Wait):
-                waits[job.key] = (sig, epochs, queued, decision)
-                decision = rnd.after_wait(job, pending.request, allowed, decision)
+        decision = _decide_gang(job, pending, snapshot, now, rnd, memo, waits)
         if isinstance(decision, Preempt):
             plan.preempt.append(decision)
             names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in decision.victims)
@@ -289,9 +314,9 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.settle(plan.views, taken)
 
     plan.reservations = [r for rs in rnd.queue.reservations.values() for r in rs]
-    groups, waits = _place_serving(snapshot, plan.views, taken, rnd.queue.holds())
+    groups, serving_waits = _place_serving(snapshot, plan.views, taken, rnd.queue.holds())
     plan.groups.extend(groups)
-    plan.serving_waits.update(waits)
+    plan.serving_waits.update(serving_waits)
 
     for resource, extra in taken.items():
         led = plan.ledgers[resource]
