@@ -196,6 +196,87 @@ def _claim_devices(pod_spec: dict[str, Any], gpu_template: str, channel_template
     res["claims"] = [c for c in res.get("claims") or [] if c.get("name") not in own] + [{"name": n} for n in own]
 
 
+def _worker_env(job: TrainingJobRecord, rank: int, attempt: int,
+               last_checkpoint: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The environment every container of rank ``rank`` gets: torchrun's (``PET_NNODES``,
+    ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``), the
+    torch.distributed defaults (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), the
+    checkpoint directory, the attempt, and the last checkpoint's path and step when known."""
+    spec = job.spec
+    assert spec is not None
+    master = master_address(job.name, job.namespace)
+    env = {
+        "PET_NNODES": str(spec.replicas),
+        "PET_NPROC_PER_NODE": str(spec.gpus_per_replica),
+        "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(MASTER_PORT),
+        "WORLD_SIZE": str(spec.replicas),
+        "RANK": str(rank),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(MASTER_PORT),
+        "KUBEFORGE_CHECKPOINT_DIR": spec.checkpoint.mount_path,
+        "KUBEFORGE_RESTART_ATTEMPT": str(attempt),
+    }
+    if last_checkpoint:
+        if last_checkpoint.get("path"):
+            env["KUBEFORGE_LAST_CHECKPOINT_PATH"] = str(last_checkpoint["path"])
+        if last_checkpoint.get("step") is not None:
+            env["KUBEFORGE_LAST_CHECKPOINT_STEP"] = str(last_checkpoint["step"])
+    return env
+
+
+def _mount_checkpoint(pod_spec: dict[str, Any], job: TrainingJobRecord, env: Mapping[str, str]) -> None:
+    """Every container gets ``env``, the checkpoint volume at ``spec.checkpoint.mountPath`` and a
+    termination message that falls back to its logs (the workload reports its last checkpoint as
+    JSON there); the pod gets the checkpoint claim (:func:`checkpoint_claim`) as ``checkpoint``."""
+    assert job.spec is not None
+    mount_path = job.spec.checkpoint.mount_path
+    for c in pod_spec["containers"]:
+        _set_env(c, env)
+        mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") != "checkpoint"]
+        c["volumeMounts"] = mounts + [{"name": "checkpoint", "mountPath": mount_path}]
+        # The workload reports its last checkpoint as JSON in its termination message.
+        c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != "checkpoint"]
+    pod_spec["volumes"] = volumes + [
+        {"name": "checkpoint", "persistentVolumeClaim": {"claimName": checkpoint_claim(job)}}
+    ]
+
+
+def _pin(pod_spec: dict[str, Any], placement: PlacementRecord, rank: int, levels: Sequence[TopologyLevel],
+         tolerations: Sequence[Mapping[str, Any]], scheduling_gates: Sequence[str]) -> None:
+    """Pin rank ``rank`` to its node and domain (node affinity; a level the pool no longer has is
+    left out), add the pool's tolerations after the template's, and kubeforge's scheduling gates."""
+    known = placement.level in {lv.name for lv in levels}  # a pool edit may have dropped the level
+    pinned = Placement(placement.level if known else None, placement.domain if known else None,
+                       placement.nodes, {}, placement.reason)
+    affinity = dict(pod_spec.get("affinity") or {})
+    affinity["nodeAffinity"] = node_affinity(pinned, rank, levels, affinity.get("nodeAffinity"))
+    pod_spec["affinity"] = affinity
+    pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
+    if scheduling_gates:
+        own = [g for g in pod_spec.get("schedulingGates") or [] if g.get("name") not in scheduling_gates]
+        pod_spec["schedulingGates"] = own + [{"name": g} for g in scheduling_gates]
+
+
+def _worker_metadata(job: TrainingJobRecord, rank: int, attempt: int, placement: PlacementRecord) -> dict[str, Any]:
+    """A worker pod's metadata: its name, the template's labels and annotations with the job's,
+    the rank's, the attempt's and the pool's labels, the node it is assigned, and the job as owner."""
+    assert job.spec is not None
+    tmd = copy.deepcopy(job.spec.template.metadata)
+    labels = {**(tmd.get("labels") or {}), **job_labels(job.name), ROLE_LABEL: WORKER_ROLE,
+              REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt), POOL_LABEL: placement.pool}
+    annotations = {**(tmd.get("annotations") or {}), ASSIGNED_NODE: placement.nodes[rank]}
+    return {
+        "name": worker_pod_name(job.name, rank, attempt),
+        "namespace": job.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(KIND, job.name, job.uid)],
+    }
+
+
 def build_worker_pod(
     job: TrainingJobRecord,
     *,
@@ -239,74 +320,16 @@ def build_worker_pod(
     """
     spec = job.spec
     assert spec is not None
-    name, ns = job.name, job.namespace
-    tmd = copy.deepcopy(spec.template.metadata)
     pod_spec = copy.deepcopy(spec.template.spec)
-    containers = pod_spec["containers"]
-
     if gpu_claim_template:
         _claim_devices(pod_spec, gpu_claim_template, channel_claim_template)
     else:
         set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
-
-    master = master_address(name, ns)
-    mount_path = spec.checkpoint.mount_path
-    env = {
-        "PET_NNODES": str(spec.replicas),
-        "PET_NPROC_PER_NODE": str(spec.gpus_per_replica),
-        "PET_NODE_RANK": str(rank),
-        "PET_MASTER_ADDR": master,
-        "PET_MASTER_PORT": str(MASTER_PORT),
-        "WORLD_SIZE": str(spec.replicas),
-        "RANK": str(rank),
-        "MASTER_ADDR": master,
-        "MASTER_PORT": str(MASTER_PORT),
-        "KUBEFORGE_CHECKPOINT_DIR": mount_path,
-        "KUBEFORGE_RESTART_ATTEMPT": str(attempt),
-    }
-    if last_checkpoint:
-        if last_checkpoint.get("path"):
-            env["KUBEFORGE_LAST_CHECKPOINT_PATH"] = str(last_checkpoint["path"])
-        if last_checkpoint.get("step") is not None:
-            env["KUBEFORGE_LAST_CHECKPOINT_STEP"] = str(last_checkpoint["step"])
-    for c in containers:
-        _set_env(c, env)
-        mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") != "checkpoint"]
-        c["volumeMounts"] = mounts + [{"name": "checkpoint", "mountPath": mount_path}]
-        # The workload reports its last checkpoint as JSON in its termination message.
-        c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
-
-    volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != "checkpoint"]
-    pod_spec["volumes"] = volumes + [
-        {"name": "checkpoint", "persistentVolumeClaim": {"claimName": checkpoint_claim(job)}}
-    ]
+    _mount_checkpoint(pod_spec, job, _worker_env(job, rank, attempt, last_checkpoint))
     add_reporting(pod_spec, job, reporting)
     pod_spec["restartPolicy"] = "Never"
-    pod_spec["hostname"] = worker_hostname(name, rank)
+    pod_spec["hostname"] = worker_hostname(job.name, rank)
     pod_spec["subdomain"] = WORKERS_SERVICE
-    known = placement.level in {lv.name for lv in levels}  # a pool edit may have dropped the level
-    pinned = Placement(placement.level if known else None, placement.domain if known else None,
-                       placement.nodes, {}, placement.reason)
-    affinity = dict(pod_spec.get("affinity") or {})
-    affinity["nodeAffinity"] = node_affinity(pinned, rank, levels, affinity.get("nodeAffinity"))
-    pod_spec["affinity"] = affinity
-    pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [dict(t) for t in tolerations]
-    if scheduling_gates:
-        own = [g for g in pod_spec.get("schedulingGates") or [] if g.get("name") not in scheduling_gates]
-        pod_spec["schedulingGates"] = own + [{"name": g} for g in scheduling_gates]
-
-    labels = {**(tmd.get("labels") or {}), **job_labels(name), ROLE_LABEL: WORKER_ROLE,
-              REPLICA_INDEX: str(rank), RESTART_ATTEMPT: str(attempt), POOL_LABEL: placement.pool}
-    annotations = {**(tmd.get("annotations") or {}), ASSIGNED_NODE: placement.nodes[rank]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": worker_pod_name(name, rank, attempt),
-            "namespace": ns,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(KIND, name, job.uid)],
-        },
-        "spec": pod_spec,
-    }
+    _pin(pod_spec, placement, rank, levels, tolerations, scheduling_gates)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _worker_metadata(job, rank, attempt, placement),
+            "spec": pod_spec}
