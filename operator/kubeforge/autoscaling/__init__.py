@@ -21,7 +21,9 @@ for the ITL percentile, and scale-up goes to that count in one decision
 (:mod:`kubeforge.autoscaling._queue_model` cites and states the model). Both share the
 HPA's named steps (:mod:`kubeforge.autoscaling._steps`: read metrics -> desired -> stabilize
 -> rate-limit -> bound), KEDA's activation threshold and scale to zero, the stabilization
-windows. The defaults are the API's (``kubeforge.api``), read through
+windows. **Predictive scale-up** (``spec.autoscaling.predictive``,
+:mod:`kubeforge.autoscaling._forecast`) adds a floor from the demand forecast one measured start
+ahead; it never scales down. The defaults are the API's (``kubeforge.api``), read through
 :meth:`AutoscalingPolicy.from_spec`; ``python -m e2e.bench.autoscaling`` measures them against
 KEDA + HPA, llm-d's saturation autoscaler and a Dynamo-planner-like load mode.
 
@@ -34,6 +36,7 @@ fake in tests), as the HPA controller's ``metrics.MetricsClient``.
 
 from . import _reasons as reasons
 from ._decide import Decision, decide
+from ._forecast import DemandHistory, Forecast, PredictivePolicy, forecast_demand, forecast_replicas
 from ._policy import PANIC_THRESHOLD, AutoscalingPolicy, SLOPolicy
 from ._queue_model import erlang_c, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
 from ._signals import SIGNAL_NAMES, Signals
@@ -49,6 +52,11 @@ __all__ = [
     "AutoscalerState",
     "AutoscalingPolicy",
     "Decision",
+    "DemandHistory",
+    "Forecast",
+    "PredictivePolicy",
+    "forecast_demand",
+    "forecast_replicas",
     "Direction",
     "Limit",
     "Reading",

@@ -4,7 +4,8 @@
 read metrics -> desired -> stabilize -> rate-limit -> bound) through small functions, each one
 path of the decision: :func:`_seeded` (the state it starts from), :func:`_hold` (unusable input),
 :func:`_scale` (usable input: :func:`_direct` for the paths past the windows and limits,
-:func:`_paced` for stabilize -> rate-limit -> bound) and :func:`_recorded` (the state it hands on).
+:func:`_paced` for stabilize -> rate-limit -> bound), :func:`_ahead` (predictive scale-up's
+floor, issue 28) and :func:`_recorded` (the state it hands on).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 
 from . import _reasons as R
+from ._forecast import DemandHistory, Forecast, forecast_demand, forecast_replicas
 from ._policy import AutoscalingPolicy
 from ._signals import Signals
 from ._slo import SLOSizing, SLOStatus, slo_status
@@ -56,6 +58,10 @@ class Decision:
             needed, predicted TTFT), ``None`` otherwise.
         scale_down_count: Replicas to remove (``current - desired`` when scaling down, else
             0). Which ones, and draining them first, is the runtime's.
+        forecast: Predictive scale-up's forecast (``policy.predictive``), None when off or
+            when there was none (the reason says why).
+        predicted: The replicas the forecast demand needs (before the bounds), or None.
+        standby: Replicas to keep asleep besides ``desired`` (``policy.standby_replicas``).
     """
 
     desired: int
@@ -74,6 +80,9 @@ class Decision:
     slo: SLOStatus | None = None
     sizing: SLOSizing | None = None
     scale_down_count: int = 0
+    forecast: Forecast | None = None
+    predicted: int | None = None
+    standby: int = 0
 
 
 def _check_inputs(current: int, placeable: int | None, now: float) -> None:
@@ -213,6 +222,37 @@ def _scale(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState,
     return _Course(limit, tuple(notes), st, rec.last_active, rec.raw, rec.sizing, slo_out)
 
 
+def _ahead(policy: AutoscalingPolicy, course: _Course, reading: Reading, history: DemandHistory | None,
+           lead: float | None, current: int, placeable: int | None,
+           now: float) -> tuple[_Course, Forecast | None, int | None]:
+    """Predictive scale-up (:mod:`kubeforge.autoscaling._forecast`): the demand one lead time
+    ahead (``policy.lead_seconds``, else the measured ``lead``) needs ``predicted`` replicas,
+    scaled from the replicas the current rate needs (the SLO model's count, else ``current``);
+    bounded like any scale-up (maxReplicas, the pool) it is a floor under the course: it may
+    raise the count or keep it, never lower it, and it is recorded as the recommendation so
+    that the scale-down window holds it too. Nothing without a usable reading, with
+    ``forecast_only``, or without a lead time (no start measured yet)."""
+    pp = policy.predictive
+    if pp is None or history is None or course.inactive is not None:
+        return course, None, None
+    lead = pp.lead_seconds or lead
+    if not lead or lead <= 0:
+        return replace(course, notes=course.notes + ("predictive: no start measured yet, no lead time",)), None, None
+    fc = forecast_demand(pp, history, now, lead)
+    if isinstance(fc, str):
+        return replace(course, notes=course.notes + (f"predictive: {fc}",)), None, None
+    basis = course.raw if reading.slo and course.raw is not None else current
+    predicted = forecast_replicas(fc, basis)
+    note = f"predictive: {fc.message}, needing {_replicas(predicted)}"
+    floor = bound(policy, Limit(predicted), current, placeable)
+    if pp.forecast_only or floor.desired <= course.limit.desired:
+        suffix = " (forecastOnly)" if pp.forecast_only else ""
+        return replace(course, notes=course.notes + (note + suffix,)), fc, predicted
+    raw = max(course.raw or 0, floor.desired)
+    notes = course.notes + (f"{note}: asking for {floor.desired} one start ahead",)
+    return replace(course, limit=floor, notes=notes, raw=raw), fc, predicted
+
+
 def _recorded(policy: AutoscalingPolicy, course: _Course, history: tuple[tuple[float, int], ...], current: int,
               now: float) -> AutoscalerState:
     """The state handed to the next decision, assuming ``course.limit.desired`` is applied: the
@@ -246,6 +286,9 @@ def decide(
     metric: float | Signals | None,
     now: float,
     placeable_replicas: int | None = None,
+    *,
+    history: DemandHistory | None = None,
+    lead_seconds: float | None = None,
 ) -> Decision:
     """Decide how many replicas an InferenceService should run now.
 
@@ -267,6 +310,8 @@ def decide(
        panic mode lifts the scale-up limit in queue-depth mode; SLO mode has no scale-up limit.
     5. **Bound** (:func:`bound`): ``[min_replicas, max_replicas]``, then the pool's capacity
        (never ask for what cannot be placed, never scale down because of it).
+    6. **Ahead** (:func:`_ahead`, with ``policy.predictive`` and a ``history``): the forecast
+       demand one lead time ahead sets a floor (bounded as in 5); never a scale-down.
 
     Args:
         policy: The service's autoscaling policy.
@@ -278,6 +323,10 @@ def decide(
         now: Current time, unix seconds.
         placeable_replicas: How many replicas **in total** (running ones included) the pool
             can hold right now; ``None`` for unknown or unlimited.
+        history: The admission rate's history for predictive scale-up
+            (:class:`~kubeforge.autoscaling.DemandHistory`), or None (not read: no forecast).
+        lead_seconds: The service's measured p90 start, s (``status.startTime``), or None;
+            ``policy.lead_seconds`` wins over it.
 
     Returns:
         The :class:`Decision`, with the state for the next call (:func:`_recorded`).
@@ -294,6 +343,7 @@ def decide(
         course = _scale(policy, reading, st, st.recommendations, current, placeable_replicas, now)
     else:
         course = _hold(policy, reading, st, current, placeable_replicas, now)
+    course, fc, predicted = _ahead(policy, course, reading, history, lead_seconds, current, placeable_replicas, now)
     limit, desired = course.limit, course.limit.desired
     direction: Direction | None = "Up" if desired > current else "Down" if desired < current else None
     notes = ((reading.note,) if reading.note else ()) + course.notes + (f"desired {desired}",)
@@ -302,5 +352,6 @@ def decide(
         direction=direction, limited=limit.message is not None, limited_reason=limit.message,
         scaling_active=reading.usable, inactive_reason=course.inactive, active_condition_reason=reading.active_reason,
         limited_condition_reason=limit.reason, recommendation=course.raw, panic=limit.panic, slo_mode=reading.slo,
-        slo=course.slo, sizing=course.sizing, scale_down_count=max(0, current - desired),
+        slo=course.slo, sizing=course.sizing, scale_down_count=max(0, current - desired), forecast=fc,
+        predicted=predicted, standby=policy.standby_replicas,
     )

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._forecast import PredictivePolicy
+
 if TYPE_CHECKING:  # the core reads the parsed model's attributes; it imports nothing from api/ at run time
     from ..api import InferenceServiceSpec
 
@@ -120,6 +122,17 @@ class AutoscalingPolicy:
         slo: The latency targets (``spec.autoscaling.slo``): set, the service scales in SLO
             mode (a queue model sizes it, see :func:`kubeforge.autoscaling.decide`); ``None``
             (no ``slo`` in the spec, not a default) keeps the queue-depth mode.
+        predictive_mode: ``spec.autoscaling.predictive.mode``: ``"Off"`` (the default here
+            means absent, as ``slo``'s None), ``"Trend"`` or ``"Seasonal"``: the forecast one
+            lead time ahead sets a floor under the count (:mod:`kubeforge.autoscaling._forecast`,
+            :attr:`predictive`).
+        predictive_window_seconds: ``predictive.trendWindowSeconds``, s (> 0 unless Off; 0.0,
+            absent, when Off).
+        lead_seconds: ``predictive.leadSeconds``, s, or None: the measured p90 start.
+        forecast_only: ``predictive.forecastOnly``: forecast and report, never act.
+        standby_replicas: ``spec.standby.replicas``: replicas kept asleep besides the serving
+            ones; :func:`~kubeforge.autoscaling.decide` passes it on (``Decision.standby``), the
+            serving plan keeps them.
 
     Raises:
         ValueError: From ``__post_init__`` when a field is out of range (see each field).
@@ -140,6 +153,11 @@ class AutoscalingPolicy:
     gpus_per_replica: int
     panic_threshold: float = PANIC_THRESHOLD
     slo: SLOPolicy | None = None
+    predictive_mode: str = "Off"
+    predictive_window_seconds: float = 0.0
+    lead_seconds: float | None = None
+    forecast_only: bool = False
+    standby_replicas: int = 0
 
     @classmethod
     def from_spec(cls, spec: InferenceServiceSpec) -> AutoscalingPolicy:
@@ -166,6 +184,8 @@ class AutoscalingPolicy:
                 percentile=float(a.slo.percentile),
                 window_seconds=float(a.slo.window_seconds),
             )
+        pr = a.predictive
+        on = pr.mode.value != "Off"  # Off: every predictive field absent, as slo's None
         return cls(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
@@ -181,6 +201,11 @@ class AutoscalingPolicy:
             scale_down_period_seconds=float(a.scale_down.period_seconds),
             gpus_per_replica=spec.replica_gpus,
             slo=slo,
+            predictive_mode=pr.mode.value,
+            predictive_window_seconds=float(pr.trend_window_seconds) if on else 0.0,
+            lead_seconds=float(pr.lead_seconds) if on and pr.lead_seconds is not None else None,
+            forecast_only=pr.forecast_only and on,
+            standby_replicas=spec.standby.replicas,
         )
 
     def __post_init__(self) -> None:
@@ -231,8 +256,27 @@ class AutoscalingPolicy:
             problems.append(f"panic_threshold must be 0 (off) or >= 1, got {self.panic_threshold!r}")
         if self.slo is not None and not isinstance(self.slo, SLOPolicy):
             problems.append(f"slo must be an SLOPolicy or None, got {self.slo!r}")
+        if self.predictive_mode != "Off":
+            try:
+                self.predictive  # noqa: B018  (validates the predictive fields)
+            except ValueError as e:
+                problems.append(str(e))
+        if integer("standby_replicas") < 0:
+            problems.append(f"standby_replicas must be >= 0, got {self.standby_replicas!r}")
         if problems:
             raise ValueError("invalid AutoscalingPolicy: " + "; ".join(problems))
+
+    @property
+    def predictive(self) -> PredictivePolicy | None:
+        """The predictive fields as a :class:`~kubeforge.autoscaling.PredictivePolicy`, None when Off.
+
+        Raises:
+            ValueError: An unknown mode, a window that is not > 0 or a lead that is not > 0.
+        """
+        if self.predictive_mode == "Off":
+            return None
+        return PredictivePolicy(self.predictive_mode, self.predictive_window_seconds, self.lead_seconds,
+                                self.forecast_only)
 
     @property
     def longest_window_seconds(self) -> float:

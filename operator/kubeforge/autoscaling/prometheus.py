@@ -4,7 +4,7 @@ The requests themselves are the runtime's (:mod:`kubeforge.runtime.metrics_sourc
 :class:`~kubeforge.runtime.metrics_source.MetricsSource` protocol, its Prometheus
 implementation over :mod:`kubeforge.runtime.prometheus_http` and a fake for tests; the
 ``prometheusURL`` policy is :mod:`kubeforge.runtime.prometheus_urls`). This module holds what
-they send and how each answer becomes data, both instant queries (``GET /api/v1/query``):
+they send and how each answer becomes data, instant queries (``GET /api/v1/query``) and ranges:
 
 * the signals of one decision (vLLM's queue, running requests, KV-cache usage, the activator's
   held requests, the admission rate, the mean running time, the TTFT / ITL / prefill
@@ -13,7 +13,10 @@ they send and how each answer becomes data, both instant queries (``GET /api/v1/
   :func:`parse_signals_response`); :func:`with_queue` adds the queue-depth metric to them;
 * one value of one query (queue-depth mode's metric: :func:`resolve_query`,
   :func:`parse_query_response`), plus the activator's held requests while no replica is ready
-  (:func:`with_held`).
+  (:func:`with_held`);
+* predictive scale-up's history, range queries (``GET /api/v1/query_range``) of the admission
+  rate now, a day and a week ago (:func:`demand_query`, :func:`history_ranges`,
+  :func:`parse_range_response`, :mod:`kubeforge.autoscaling._history`).
 
 Nothing here raises on a bad answer: every failure comes back as ``None`` with an ``error``
 text, which the autoscaler turns into "hold replicas, ScalingActive=False".
@@ -64,12 +67,22 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._history import (
+    DEMAND_QUERY, demand_query, history_of, history_ranges, history_step, parse_range_response, range_request,
+)
 from ._promql import (
     RUNNING_BY_POD, SIGNAL_EXPRESSIONS, failed_signals, parse_by_pod, parse_signals_response, signals_query,
 )
 from ._signals import Signals
 
 __all__ = [
+    "DEMAND_QUERY",
+    "demand_query",
+    "history_of",
+    "history_ranges",
+    "history_step",
+    "parse_range_response",
+    "range_request",
     "DEFAULT_QUERIES",
     "DEFAULT_QUERY_NAME",
     "HELD_METRIC",

@@ -16,7 +16,8 @@ place:
 
 :func:`read_queue` is what one autoscaling decision reads through either: vLLM's signals in one
 query, or a one-number queue (SGLang, Triton, TGI, a Custom query) plus, while no replica is
-ready, the activator's held requests. A source never checks a URL: the reconcile applies the
+ready, the activator's held requests. :func:`read_history` is predictive scale-up's: three range
+queries of the admission rate (the trend window now, and one day and one week ago). A source never checks a URL: the reconcile applies the
 operator's ``prometheusURL`` policy (:mod:`kubeforge.runtime.prometheus_urls`) before it asks.
 """
 
@@ -25,16 +26,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+import asyncio
+
 import httpx
 
-from kubeforge.autoscaling import Signals
+from kubeforge.autoscaling import DemandHistory, Signals
 from kubeforge.autoscaling.prometheus import (
-    HELD_QUERY, QueryResult, parse_signals_response, queue_template, reads_held, render_query, with_held, with_queue,
+    HELD_QUERY, QueryResult, demand_query, history_of, history_ranges, history_step, parse_range_response,
+    parse_signals_response, queue_template, range_request, reads_held, render_query, with_held, with_queue,
 )
 from kubeforge.objects import InferenceServiceRecord
 from kubeforge.runtime import prometheus_http
 
-__all__ = ["PROMETHEUS_TIMEOUT", "FakeMetrics", "MetricsSource", "PrometheusSource", "read_queue"]
+__all__ = ["PROMETHEUS_TIMEOUT", "FakeMetrics", "MetricsSource", "PrometheusSource", "read_history", "read_queue"]
+
+Series = tuple[tuple[float, float], ...]
 
 PROMETHEUS_TIMEOUT = 2.0
 """Seconds for each Prometheus request (also sent as Prometheus' own query ``timeout``)."""
@@ -67,6 +73,10 @@ class MetricsSource(Protocol):
 
     async def running_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
         """Running requests of each pod of one service; None when there is no answer."""
+
+    async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
+        """One range query's single series, ``((t, value), ...)`` (``()``: no series); None
+        when there is no answer."""
 
 
 class PrometheusSource:
@@ -110,6 +120,15 @@ class PrometheusSource:
         """See :meth:`MetricsSource.running_by_pod`."""
         return await prometheus_http.running_by_pod(await self._http(), url, namespace, service, self.timeout)
 
+    async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
+        """See :meth:`MetricsSource.history` (``GET /api/v1/query_range``)."""
+        target, params = range_request(url, promql, start, end, step, self.timeout)
+        try:
+            resp = await (await self._http()).get(target, params=params, timeout=self.timeout)
+        except (httpx.HTTPError, OSError, ValueError):
+            return None
+        return parse_range_response(resp.status_code, resp.text)
+
 
 _NO_SERIES = '{"status": "success", "data": {"resultType": "vector", "result": []}}'
 _EMPTY = QueryResult(value=None, time=None, error="empty result", empty=True)
@@ -128,6 +147,8 @@ class FakeMetrics:
             any other service has no series.
         running: Answers to :meth:`running_by_pod` by ``(namespace, service)``; any other is
             ``None`` (no answer).
+        series: Answers to :meth:`history` by PromQL: ``(t, value)`` points, of which those in
+            ``[start, end]`` are returned; any other query has no series.
         calls: ``(method, url, what)`` of every read, in order (``what``: the PromQL, or
             ``"namespace/service"``).
         started: Whether :meth:`start` was called since the last :meth:`close`.
@@ -136,6 +157,7 @@ class FakeMetrics:
     scalars: dict[str, QueryResult] = field(default_factory=dict)
     signals_of: dict[tuple[str, str], Signals] = field(default_factory=dict)
     running: dict[tuple[str, str], dict[str, float] | None] = field(default_factory=dict)
+    series: dict[str, Series] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     started: bool = False
 
@@ -169,6 +191,11 @@ class FakeMetrics:
         """See :meth:`MetricsSource.running_by_pod`."""
         self.calls.append(("running_by_pod", url, f"{namespace}/{service}"))
         return self.running.get((namespace, service))
+
+    async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
+        """See :meth:`MetricsSource.history`."""
+        self.calls.append(("history", url, promql))
+        return tuple((t, v) for t, v in self.series.get(promql, ()) if start <= t <= end)
 
 
 async def read_queue(source: MetricsSource, rec: InferenceServiceRecord) -> tuple[QueryResult, Signals | None]:
@@ -205,3 +232,23 @@ async def read_queue(source: MetricsSource, rec: InferenceServiceRecord) -> tupl
     queue = sig.value("queue")
     error = None if sig.time is not None else (sig.errors[0][1] if sig.errors else "no answer")
     return QueryResult(queue, sig.time, error), sig
+
+
+async def read_history(source: MetricsSource, rec: InferenceServiceRecord, now: float, window: float,
+                       lead: float) -> DemandHistory:
+    """Predictive scale-up's history of ``rec`` (:class:`~kubeforge.autoscaling.DemandHistory`):
+    its admission rate over the last ``window`` and over the same window plus ``lead`` one day
+    and one week ago, three range queries at once (a failed one counts as no history).
+
+    Args:
+        source: Where to read.
+        rec: The service (spec parsed, not None; ``autoscaling.prometheusURL`` allowed).
+        now: Unix seconds.
+        window: The trend window, s.
+        lead: The lead time, s.
+    """
+    url = rec.spec.autoscaling.prometheus_url  # type: ignore[union-attr]
+    promql, step = demand_query(rec.namespace, rec.name), history_step(window, lead)
+    ranges = history_ranges(now, window, lead)
+    answers = await asyncio.gather(*(source.history(url, promql, a, b, step) for a, b in ranges.values()))
+    return history_of(dict(zip(ranges, answers)))

@@ -1,0 +1,217 @@
+"""Predictive scale-up's pure half: the demand one lead time ahead, from the service's own
+history, and the replicas it needs (issue 28, item 2). Samples in, forecast out; no I/O.
+
+A replica that takes minutes to start must be asked for minutes before the demand it serves.
+The lead time is the service's measured p90 start (``status.startTime.cold.p90Seconds``) or
+``predictive.leadSeconds``; the demand is vLLM's admission rate (``rate`` of
+``vllm:time_to_first_token_seconds_count``, the requests that leave the queue each second,
+:mod:`kubeforge.autoscaling.prometheus`), as the runtime reads it from Prometheus
+(:func:`kubeforge.autoscaling.prometheus.demand_query`, a range query) into a
+:class:`DemandHistory`. Two forecasts:
+
+* **Trend**: a least-squares line through the last ``trendWindowSeconds`` of the rate, read at
+  ``now + lead`` (what PromQL's ``predict_linear(v[window], lead)`` computes), capped at
+  :data:`MAX_TREND_GROWTH` times the window's highest rate so that one noisy slope cannot ask
+  for the whole pool;
+* **Seasonal**: what the service admitted at ``now + lead`` one week ago (else one day ago:
+  Prometheus' ``offset 7d`` / ``offset 1d``), scaled by today's level over the window against
+  that day's over the same window (a seasonal-naive forecast with a level correction, the
+  multiplicative Holt-Winters idea without fitted smoothing), the ratio kept within
+  [1/:data:`MAX_SEASONAL_RATIO`, :data:`MAX_SEASONAL_RATIO`]. Without that history it is the trend.
+
+Anchors: NVIDIA Dynamo's planner forecasts the next interval's load from a buffer of past
+intervals with a constant, ARIMA or Prophet predictor
+(``components/planner/src/dynamo/planner/utils/load_predictor.py``) and sizes the workers for
+it; KEDA's PredictKube scaler forecasts a Prometheus query ``predictHorizon`` ahead from
+``historyTimeWindow`` of it; AWS EC2 Auto Scaling's predictive scaling forecasts from up to 14
+days of history, launches ``SchedulingBufferTime`` (default 300 s) ahead, and only raises the
+group's capacity (its ``ForecastOnly`` mode shows the forecast without acting). Here the
+forecast is a floor under the reactive count: it adds or keeps replicas, never removes one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["DAY_SECONDS", "MAX_SEASONAL_RATIO", "MAX_TREND_GROWTH", "WEEK_SECONDS", "DemandHistory", "Forecast",
+           "PredictivePolicy", "forecast_demand", "forecast_replicas"]
+
+DAY_SECONDS = 86400.0
+WEEK_SECONDS = 7 * DAY_SECONDS
+MAX_TREND_GROWTH = 3.0
+"""A trend's forecast is at most this many times the highest rate of its window."""
+MAX_SEASONAL_RATIO = 4.0
+"""Today's level against the past day's is trusted within [1/4, 4]."""
+MIN_POINTS = 3
+"""A trend needs at least this many samples (PromQL's predict_linear needs 2; 3 leaves a residual)."""
+MODES = ("Trend", "Seasonal")
+
+Series = tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class PredictivePolicy:
+    """``spec.autoscaling.predictive`` as plain data (mode Off is no policy at all).
+
+    Attributes:
+        mode: ``"Trend"`` or ``"Seasonal"``.
+        trend_window_seconds: The recent window the trend is fitted over and today's level
+            measured on, s (> 0).
+        lead_seconds: How far ahead to forecast, s, or None: the measured p90 start.
+        forecast_only: Compute and report, never act.
+
+    Raises:
+        ValueError: An unknown mode or a window that is not > 0.
+    """
+
+    mode: str
+    trend_window_seconds: float
+    lead_seconds: float | None = None
+    forecast_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"predictive mode must be one of {MODES}, got {self.mode!r}")
+        if not (math.isfinite(self.trend_window_seconds) and self.trend_window_seconds > 0):
+            raise ValueError(f"trend_window_seconds must be > 0, got {self.trend_window_seconds!r}")
+        if self.lead_seconds is not None and not (math.isfinite(self.lead_seconds) and self.lead_seconds > 0):
+            raise ValueError(f"lead_seconds must be None or > 0, got {self.lead_seconds!r}")
+
+
+@dataclass(frozen=True)
+class DemandHistory:
+    """The service's admission rate as Prometheus kept it, requests/s at unix seconds, oldest first.
+
+    Attributes:
+        recent: From ``now - trend_window`` to ``now``.
+        day: From ``now - 1d - trend_window`` to ``now - 1d + lead`` (the same hours yesterday,
+            stamped as they were), or empty where Prometheus has no such history.
+        week: The same, one week earlier.
+    """
+
+    recent: Series = ()
+    day: Series = ()
+    week: Series = ()
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A forecast of the demand one lead time ahead.
+
+    Attributes:
+        method: ``"Trend"``, ``"Seasonal1d"`` or ``"Seasonal7d"``.
+        lead_seconds: How far ahead, s.
+        current_rate: The admission rate now (the last sample), requests/s.
+        rate: The forecast at ``now + lead``, requests/s (>= 0).
+        message: One sentence with the numbers.
+    """
+
+    method: str
+    lead_seconds: float
+    current_rate: float
+    rate: float
+    message: str
+
+
+def _clean(series: Series) -> list[tuple[float, float]]:
+    return sorted((float(t), float(v)) for t, v in series
+                  if math.isfinite(t) and math.isfinite(v) and v >= 0)
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """``(intercept, slope)`` of the least-squares line ``v = a + b t`` (t relative to the first point)."""
+    t0 = points[0][0]
+    n = len(points)
+    mt = sum(t - t0 for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - t0 - mt) ** 2 for t, _ in points)
+    slope = 0.0 if var == 0 else sum((t - t0 - mt) * (v - mv) for t, v in points) / var
+    return mv - slope * (mt + t0), slope
+
+
+def _trend(recent: list[tuple[float, float]], now: float, lead: float) -> tuple[float, str]:
+    a, b = _fit(recent)
+    raw = max(0.0, a + b * (now + lead))
+    cap = MAX_TREND_GROWTH * max(v for _, v in recent)
+    rate = min(raw, cap)
+    capped = f", capped at {MAX_TREND_GROWTH:g}x the window's highest" if raw > cap else ""
+    return rate, f"trend {b * 60:+.3g} req/s per minute over the last {recent[-1][0] - recent[0][0]:.0f}s{capped}"
+
+
+def _mean(points: list[tuple[float, float]], lo: float, hi: float) -> float | None:
+    vals = [v for t, v in points if lo <= t <= hi]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _seasonal(past: list[tuple[float, float]], recent: list[tuple[float, float]], period: float, now: float,
+              lead: float, window: float) -> tuple[float, str] | None:
+    """The past period's rate at ``now + lead - period`` scaled by the levels' ratio, or None
+    when that history does not cover both the window and the lead."""
+    then = now - period
+    ahead = [(t, v) for t, v in past if then < t <= then + lead + 60.0]
+    level_then = _mean(past, then - window, then)
+    if not ahead or level_then is None or ahead[-1][0] < then + lead - 60.0:
+        return None
+    at_lead = min(ahead, key=lambda p: abs(p[0] - (then + lead)))[1]
+    level_now = _mean(recent, now - window, now) or 0.0
+    if level_then > 1e-9:
+        ratio = min(MAX_SEASONAL_RATIO, max(1.0 / MAX_SEASONAL_RATIO, level_now / level_then))
+    else:
+        ratio = 1.0
+    days = "7d" if period >= WEEK_SECONDS else "1d"
+    return at_lead * ratio, (f"{at_lead:.3g} req/s at the same time {'last week' if days == '7d' else 'yesterday'}, "
+                             f"x{ratio:.2f} for today's level ({level_now:.3g} against {level_then:.3g} req/s)")
+
+
+def forecast_demand(policy: PredictivePolicy, history: DemandHistory, now: float, lead: float) -> Forecast | str:
+    """The demand at ``now + lead``, by ``policy.mode`` (see the module).
+
+    Args:
+        policy: Mode and window.
+        history: The admission rate's samples (:class:`DemandHistory`).
+        now: Unix seconds.
+        lead: Seconds ahead (> 0).
+
+    Returns:
+        The :class:`Forecast`, or a sentence saying why there is none (too few recent samples).
+    """
+    recent = [p for p in _clean(history.recent) if now - policy.trend_window_seconds <= p[0] <= now]
+    if len(recent) < MIN_POINTS:
+        return (f"no forecast: {len(recent)} sample(s) of the admission rate in the last "
+                f"{policy.trend_window_seconds:.0f}s (needs {MIN_POINTS})")
+    current = recent[-1][1]
+    method, found = "Trend", None
+    if policy.mode == "Seasonal":
+        for period, series, name in ((WEEK_SECONDS, history.week, "Seasonal7d"), (DAY_SECONDS, history.day, "Seasonal1d")):
+            found = _seasonal(_clean(series), recent, period, now, lead, policy.trend_window_seconds)
+            if found is not None:
+                method = name
+                break
+    if found is None:
+        found = _trend(recent, now, lead)
+        if policy.mode == "Seasonal":
+            found = (found[0], found[1] + " (no history a day or a week ago: the trend)")
+    rate, how = found
+    return Forecast(method, float(lead), current, rate,
+                    f"forecast {rate:.3g} req/s in {lead:.0f}s (now {current:.3g}): {how}")
+
+
+def forecast_replicas(forecast: Forecast, basis: int) -> int:
+    """The replicas the forecast demand needs, scaled from ``basis``, the replicas the current
+    rate needs (the reactive count): ``ceil(basis x forecast / current)``. With no current rate
+    to scale from, one replica for any forecast demand (a service at zero comes back before the
+    demand does), none otherwise.
+
+    Args:
+        forecast: The forecast.
+        basis: Replicas for ``forecast.current_rate``, >= 0.
+
+    Returns:
+        Replicas, >= 0 (not bounded: the caller bounds it by maxReplicas and the pool).
+    """
+    if forecast.rate <= 0:
+        return 0
+    if forecast.current_rate <= 1e-9 or basis <= 0:
+        return 1
+    return max(1, math.ceil(basis * forecast.rate / forecast.current_rate - 1e-9))

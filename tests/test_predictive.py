@@ -1,0 +1,171 @@
+"""Predictive scale-up, the pure half (issue 28, item 2): the forecast one lead time ahead from the
+service's own history, the replicas it needs, and :func:`decide` using it as a floor that never
+scales down. Table-driven, no I/O."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubeforge.api import InferenceServiceSpec
+from kubeforge.autoscaling import (
+    AutoscalerState, AutoscalingPolicy, DemandHistory, PredictivePolicy, decide, forecast_demand, forecast_replicas,
+)
+from kubeforge.autoscaling.prometheus import demand_query, history_ranges, parse_range_response
+
+NOW = 1_000_000.0
+DAY, WEEK = 86400.0, 7 * 86400.0
+
+
+def series(start: float, end: float, rate, step: float = 30.0) -> tuple[tuple[float, float], ...]:
+    """``rate(t)`` sampled every ``step`` s over ``[start, end]``."""
+    n = int((end - start) // step)
+    return tuple((start + i * step, float(rate(start + i * step))) for i in range(n + 1))
+
+
+def policy(mode: str = "Trend", window: float = 600.0, lead: float | None = None, **spec) -> AutoscalingPolicy:
+    pred = {"mode": mode, "trendWindowSeconds": int(window)}
+    if lead is not None:
+        pred["leadSeconds"] = int(lead)
+    s = InferenceServiceSpec.model_validate({
+        "pools": ["p"], "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}},
+        "minReplicas": 1, "maxReplicas": spec.pop("max_replicas", 16),
+        "autoscaling": {"predictive": pred, "scaleDown": {"stabilizationWindowSeconds": 0}, **spec}})
+    return AutoscalingPolicy.from_spec(s)
+
+
+@pytest.mark.parametrize("rate, lead, want", [
+    (lambda t: 2.0, 300, 2.0),                                  # flat: the level
+    (lambda t: 2.0 + (t - NOW) / 60 * 0.1, 300, 2.5),           # +0.1 req/s a minute, 5 minutes ahead
+    (lambda t: 4.0 - (t - NOW) / 60 * 0.1, 300, 3.5),           # falling
+    (lambda t: max(0.0, 1.0 - (t - NOW) / 60 * 0.5), 600, 0.0),  # never below zero
+])
+def test_trend_is_the_least_squares_line_one_lead_ahead(rate, lead, want):
+    hist = DemandHistory(recent=series(NOW - 600, NOW, rate))
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), hist, NOW, lead)
+    assert fc.method == "Trend" and fc.rate == pytest.approx(want, abs=1e-6)
+    assert fc.current_rate == pytest.approx(rate(NOW))
+
+
+def test_a_steep_trend_is_capped_at_three_times_the_windows_highest():
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 1.0 + (t - NOW + 600) / 600 * 9))  # 1 -> 10 req/s
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), hist, NOW, 3600)
+    assert fc.rate == pytest.approx(30.0) and "capped" in fc.message
+
+
+def test_too_few_recent_samples_is_no_forecast_and_says_why():
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), DemandHistory(recent=((NOW - 10, 1.0), (NOW, 1.0))), NOW, 300)
+    assert isinstance(fc, str) and "2 sample(s)" in fc
+
+
+def test_seasonal_reads_the_same_time_last_week_scaled_by_todays_level():
+    # last week: 2 req/s, rising to 8 at now+300 (a morning ramp); today at twice last week's level
+    week = series(NOW - WEEK - 600, NOW - WEEK + 300, lambda t: 8.0 if t >= NOW - WEEK + 240 else 2.0)
+    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 1.0)
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 4.0), day=day, week=week)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), hist, NOW, 300)
+    assert fc.method == "Seasonal7d" and fc.rate == pytest.approx(16.0), fc.message
+    assert "last week" in fc.message and "x2.00" in fc.message
+
+
+def test_seasonal_falls_back_to_yesterday_then_to_the_trend():
+    recent = series(NOW - 600, NOW, lambda t: 3.0)
+    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 6.0 if t > NOW - DAY else 3.0)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=day), NOW, 300)
+    assert fc.method == "Seasonal1d" and fc.rate == pytest.approx(6.0)
+    # a day of history that stops before now + lead does not cover the lead: the trend
+    short = tuple(p for p in day if p[0] <= NOW - DAY + 60)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=short), NOW, 300)
+    assert fc.method == "Trend" and "no history a day or a week ago" in fc.message
+
+
+def test_seasonal_ratio_is_bounded_and_a_silent_past_day_counts_as_one():
+    recent = series(NOW - 600, NOW, lambda t: 100.0)
+    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 1.0)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=day), NOW, 300)
+    assert fc.rate == pytest.approx(4.0)  # x4 at most, not x100
+    silent = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 0.0 if t <= NOW - DAY else 5.0)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=silent), NOW, 300)
+    assert fc.rate == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("current, rate, basis, want", [
+    (2.0, 4.0, 3, 6), (2.0, 2.0, 3, 3), (2.0, 1.0, 3, 2), (0.0, 1.0, 0, 1), (0.0, 0.0, 0, 0), (2.0, 3.0, 0, 1),
+])
+def test_forecast_replicas_scale_the_current_count_by_the_forecast_growth(current, rate, basis, want):
+    from kubeforge.autoscaling import Forecast
+    assert forecast_replicas(Forecast("Trend", 300.0, current, rate, ""), basis) == want
+
+
+def test_decide_asks_one_start_ahead_of_a_rising_demand():
+    p = policy(lead=300)
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4))  # 2 -> 4 in 5 min
+    d = decide(p, AutoscalerState(), 2, 0.0, NOW, 16, history=hist)
+    assert d.predicted == 4 and d.desired == 4 and d.direction == "Up"
+    assert d.forecast is not None and d.forecast.rate == pytest.approx(4.0)
+    assert "one start ahead" in d.reason and d.recommendation == 4  # held by the scale-down window too
+
+
+def test_the_measured_lead_is_used_unless_lead_seconds_is_set_and_none_means_wait():
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4))
+    d = decide(policy(), AutoscalerState(), 2, 0.0, NOW, 16, history=hist, lead_seconds=150)
+    assert d.forecast.lead_seconds == 150 and d.desired == 3
+    d = decide(policy(lead=600), AutoscalerState(), 2, 0.0, NOW, 16, history=hist, lead_seconds=150)
+    assert d.forecast.lead_seconds == 600
+    d = decide(policy(), AutoscalerState(), 2, 0.0, NOW, 16, history=hist, lead_seconds=None)
+    assert d.forecast is None and d.desired == 1 and "no start measured yet" in d.reason  # the reactive count
+
+
+def test_a_forecast_never_scales_down():
+    p = policy(lead=300)
+    falling = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 4.0 - (t - NOW + 600) / 600 * 3.0))  # 4 -> 1
+    d = decide(p, AutoscalerState(), 4, 40.0, NOW, 16, history=falling)  # the queue wants 10
+    assert d.desired >= 4 and d.predicted is not None and d.predicted < 4
+    # the reactive path holds 4 (queue 16 = 4 x target): a forecast of less does not lower it
+    d = decide(p, AutoscalerState(), 4, 16.0, NOW, 16, history=falling)
+    assert d.desired == 4 and d.predicted < 4
+
+
+def test_forecast_only_reports_without_acting_and_bounds_still_hold():
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4))
+    s = InferenceServiceSpec.model_validate({
+        "pools": ["p"], "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}, "maxReplicas": 3,
+        "autoscaling": {"predictive": {"mode": "Trend", "leadSeconds": 300, "forecastOnly": True}}})
+    d = decide(AutoscalingPolicy.from_spec(s), AutoscalerState(), 2, 0.0, NOW, 16, history=hist)
+    assert d.desired == 2 and d.predicted == 4 and "(forecastOnly)" in d.reason
+    d = decide(policy(lead=300, max_replicas=3), AutoscalerState(), 2, 0.0, NOW, 16, history=hist)
+    assert d.desired == 3 and d.limited_condition_reason == "TooManyReplicas"
+    d = decide(policy(lead=300), AutoscalerState(), 2, 0.0, NOW, 3, history=hist)  # the pool holds 3 in all
+    assert d.desired == 3 and d.limited_condition_reason == "InsufficientCapacity"
+
+
+def test_no_history_or_no_metric_leaves_the_reactive_decision_alone():
+    d = decide(policy(lead=300), AutoscalerState(), 2, 0.0, NOW, 16)
+    assert d.forecast is None and d.predicted is None
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 9.0))
+    d = decide(policy(lead=300), AutoscalerState(), 2, None, NOW, 16, history=hist)  # metric unreadable: hold
+    assert d.desired == 2 and d.forecast is None
+
+
+def test_off_is_the_default_and_predictive_needs_vllms_metric():
+    s = InferenceServiceSpec.model_validate({"pools": ["p"], "template": {"spec": {"containers": [{"name": "v", "image": "v"}]}}})
+    assert s.autoscaling.predictive.mode.value == "Off" and AutoscalingPolicy.from_spec(s).predictive is None
+    with pytest.raises(ValueError, match="predictive forecasts vLLM"):
+        InferenceServiceSpec.model_validate({
+            "pools": ["p"], "template": {"spec": {"containers": [{"name": "v", "image": "v"}]}},
+            "autoscaling": {"metric": "SGLangQueue", "predictive": {"mode": "Trend"}}})
+
+
+def test_the_history_queries_and_their_answers():
+    q = demand_query("ns", "chat")
+    assert q == 'sum(rate(vllm:time_to_first_token_seconds_count{namespace="ns",service="chat"}[1m]))'
+    r = history_ranges(NOW, 600, 300)
+    assert r["recent"] == (NOW - 600, NOW) and r["day"] == (NOW - DAY - 600, NOW - DAY + 300)
+    assert r["week"] == (NOW - WEEK - 600, NOW - WEEK + 300)
+    ok = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {}, "values": [[1, "0.5"], [2, "NaN"], [3, "2"]]}]}})
+    assert parse_range_response(200, ok) == ((1.0, 0.5), (3.0, 2.0))
+    empty = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}})
+    assert parse_range_response(200, empty) == ()
+    assert parse_range_response(503, ok) is None and parse_range_response(200, "not json") is None
