@@ -22,7 +22,7 @@ created once, instead of one Service write per job (JobSet and Kubeflow make one
 
 Workers are created already placed: node affinity pins rank ``r`` to ``placement.nodes[r]``
 (ANDed into the template's own required node affinity), with no scheduling gate but the volume
-gate while the gang's own claim binds (:mod:`kubeforge.lifecycle._volume`). The
+gate while the gang's own claim binds (:func:`kubeforge.lifecycle.claim_wait`). The
 ledger reserved those GPUs when the gang was admitted, so the whole gang binds as soon as its
 pods exist; kube-scheduler still does the binding, with all its checks (taints, volumes,
 resources, the template's own constraints).

@@ -7,7 +7,7 @@ not Bound and its StorageClass binds immediately, kube-scheduler would only refu
 (``pod has unbound immediate PersistentVolumeClaims``) and back each off (1 s doubling to
 10 s, kube-scheduler's ``podInitialBackoffSeconds`` / ``podMaxBackoffSeconds``), writing a
 ``PodScheduled=False`` status and an Event per attempt: such pods are created behind
-:data:`~kubeforge.objects._labels.VOLUME_GATE` instead, and the gate is lifted as soon as the
+:data:`kubeforge.objects.VOLUME_GATE` instead, and the gate is lifted as soon as the
 claim is Bound. Level-based: gated pods and a Bound claim mean "lift", whoever made the pods
 and whenever the operator restarted in between.
 

@@ -5,7 +5,7 @@ This is the one writer of a TrainingJob's status. Order of the writes (see
 is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
 never look like someone else's), then deletes, then the volume claim and the namespace's
 workers Service if missing, then the pods, all at once (behind the volume gate while the
-claim is not Bound: :mod:`kubeforge.lifecycle._volume`). A refused create is handed back to
+claim is not Bound: :func:`kubeforge.lifecycle.claim_wait`). A refused create is handed back to
 the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
 says why; it is never retried in a loop.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from kubeforge import metrics
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -23,7 +23,7 @@ from kubeforge.builders.training import build_pvc, build_worker_pod, build_worke
 from kubeforge.lifecycle import (
     OUR_GATES, CreateError, RestartCause, TrainingContext, TrainingPlan, claim_wait, plan_training,
 )
-from kubeforge.admission import gang_request
+from kubeforge.admission import PoolView, gang_request
 from kubeforge.objects import (
     RESUMED, RUNNING, SPEC_CHANGED, SUCCEEDED, SUSPENDED, VOLUME_GATE, WARNING, WORKERS_SERVICE, Key, Pod,
     TrainingJobRecord, current_attempt, placement_of, pvc_name, rank_gpus, worker_pod_name,
@@ -235,39 +235,72 @@ async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan,
 
 
 async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> None:
+    """Apply what the plan asks beyond its status, in order: release ComputeDomains, delete pods,
+    lift kubeforge's gates, then (for a placed gang) create what must exist before the pods (the
+    workers Service, the checkpoint claim, the DRA templates and ComputeDomain) and then the pods.
+    Every write is expected in the cache before it is sent; a permanent refusal is handed to the
+    next decision (:func:`_refused`), anything else raises for the work queue to retry."""
     key = job.key
-    ns = key[0]
     cache = rt.cache
     if plan.release_compute_domains:
         await release_domains(rt, key, plan.release_compute_domains)
-    gone = cache.expectations.pending_deletes(key)
-    doomed = [n for n in plan.delete_pods if n not in gone]
-    if doomed:
-        cache.expectations.expect_deleted(key, doomed)
-        await gather_bounded([rt.client.delete("Pod", ns, n, plan.delete_grace_seconds) for n in doomed])
+    await _delete_pods(rt, key, plan)
     if plan.ungate:
-        # A lift sent is expected until the index shows the pod ungated (the claim's status
-        # events bring the job back several times within a second): kept in the job's book of
-        # its own writes not yet seen, under a name no pod has.
-        sent = cache.expectations.pending_creates(key)
-        gates = {p.name: p.gates for p in cache.job_pods(key)}
-        patches = [(n, _ungate_patch(gates[n])) for n in plan.ungate if n in gates and f"ungate:{n}" not in sent]
-        cache.expectations.expect_created(key, [f"ungate:{n}" for n, _ in patches])
-        results = await gather_bounded([rt.client.patch("Pod", ns, n, body, patch_type="json") for n, body in patches])
-        failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
-        for n, r in failed:
-            cache.expectations.created_observed(key, f"ungate:{n}")
-            log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
-        # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
-        # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
-        retry = next((r for _, r in failed if not isinstance(r, ApiError) or r.transient), None)
-        if retry is not None:
-            raise retry
-    status = rt.cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
+        await _lift_gates(rt, key, plan.ungate)
+    status = cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
     placement = placement_of(status)
     if placement is None:
         return
     attempt = current_attempt(status)
+    view = cache.view(placement.pool)
+    if not await _create_before_pods(rt, job, plan, view, attempt):
+        return
+    made = cache.expectations.pending_creates(key)
+    ranks = [r for r in plan.create_ranks if worker_pod_name(job.name, r, attempt) not in made]
+    if ranks:
+        await _create_pods(rt, job, plan, view, status, ranks)
+
+
+async def _delete_pods(rt: Runtime, key: Key, plan: TrainingPlan) -> None:
+    """Delete the plan's pods not already being deleted (each expected gone first)."""
+    gone = rt.cache.expectations.pending_deletes(key)
+    doomed = [n for n in plan.delete_pods if n not in gone]
+    if doomed:
+        rt.cache.expectations.expect_deleted(key, doomed)
+        await gather_bounded([rt.client.delete("Pod", key[0], n, plan.delete_grace_seconds) for n in doomed])
+
+
+async def _lift_gates(rt: Runtime, key: Key, ungate: Sequence[str]) -> None:
+    """Lift kubeforge's gates from the named pods (:func:`_ungate_patch`), once per pod.
+
+    A lift sent is expected until the index shows the pod ungated (the claim's status events
+    bring the job back several times within a second): kept in the job's book of its own writes
+    not yet seen, under a name no pod has.
+    """
+    cache = rt.cache
+    sent = cache.expectations.pending_creates(key)
+    gates = {p.name: p.gates for p in cache.job_pods(key)}
+    patches = [(n, _ungate_patch(gates[n])) for n in ungate if n in gates and f"ungate:{n}" not in sent]
+    cache.expectations.expect_created(key, [f"ungate:{n}" for n, _ in patches])
+    results = await gather_bounded([rt.client.patch("Pod", key[0], n, body, patch_type="json") for n, body in patches])
+    failed = [(n, r) for (n, _), r in zip(patches, results) if isinstance(r, BaseException)]
+    for n, r in failed:
+        cache.expectations.created_observed(key, f"ungate:{n}")
+        log.info("trainingjob %s/%s: lifting the gates of pod %s: %s", key[0], key[1], n, r)
+    # Gates that changed meanwhile (422 from the test, 404): the pod's event brings the job
+    # back. Anything else (no answer, 5xx): the work queue retries with its backoff.
+    retry = next((r for _, r in failed if not isinstance(r, ApiError) or r.transient), None)
+    if retry is not None:
+        raise retry
+
+
+async def _create_before_pods(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, view: PoolView | None,
+                              attempt: int) -> bool:
+    """Create what the pods need first and is missing: the namespace's workers Service, the
+    checkpoint claim, the DRA claim templates and the ComputeDomain (:func:`before_pods`).
+    Returns False when a create failed with a refusal handed to the next decision (no pods
+    now); raises anything else."""
+    key, ns, cache = job.key, job.key[0], rt.cache
     first = []
     if plan.ensure_service and not cache.workers_service_made(ns):
         first.append(("Service", WORKERS_SERVICE, build_workers_service(ns)))
@@ -275,30 +308,35 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     claim = pvc_name(job.name)
     if plan.ensure_claim and cache.claim((ns, claim)) is None and claim not in cache.expectations.pending_creates(key):
         first.append(("PersistentVolumeClaim", claim, build_pvc(job)))
-    view = cache.view(placement.pool)
     for kind, name, body in before_pods(view, job, plan.compute_domain) if plan.create_ranks or plan.compute_domain else ():
         if name not in cache.expectations.pending_creates(key):
             first.append((kind, name, body))
-    if first:
-        cache.expectations.expect_created(key, [name for kind, name, _ in first if kind != "Service"])
-        results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
-        failed = [(kind, name, r) for (kind, name, _), r in zip(first, results) if isinstance(r, BaseException)]
-        # Forget the expectation of EVERY create that failed before raising: left behind, the
-        # claim's would hide for EXPECTATION_TTL that it was never created, and the job (no pod,
-        # no claim whose event would bring it back) would sleep until its startup timeout.
-        for kind, name, _r in failed:
-            cache.expectations.created_observed(key, name)
-            if kind == "Service":
-                cache.workers_service_failed(ns)
-        for kind, name, r in failed:
-            if not _refused(rt, key, attempt, kind, name, r):
-                raise r
-        if failed:
-            return
-    made = cache.expectations.pending_creates(key)
-    ranks = [r for r in plan.create_ranks if worker_pod_name(job.name, r, attempt) not in made]
-    if not ranks:
-        return
+    if not first:
+        return True
+    cache.expectations.expect_created(key, [name for kind, name, _ in first if kind != "Service"])
+    results = await gather_bounded([rt.client.create(kind, ns, body) for kind, _, body in first])
+    failed = [(kind, name, r) for (kind, name, _), r in zip(first, results) if isinstance(r, BaseException)]
+    # Forget the expectation of EVERY create that failed before raising: left behind, the
+    # claim's would hide for EXPECTATION_TTL that it was never created, and the job (no pod,
+    # no claim whose event would bring it back) would sleep until its startup timeout.
+    for kind, name, _r in failed:
+        cache.expectations.created_observed(key, name)
+        if kind == "Service":
+            cache.workers_service_failed(ns)
+    for kind, name, r in failed:
+        if not _refused(rt, key, attempt, kind, name, r):
+            raise r
+    return not failed
+
+
+async def _create_pods(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, view: PoolView | None,
+                       status: Mapping[str, Any], ranks: Sequence[int]) -> None:
+    """Create the worker pods of ``ranks`` on the gang's placement, after the status CA they
+    read; the first permanent refusal is handed to the next decision, anything else raises."""
+    key, ns, cache = job.key, job.key[0], rt.cache
+    placement = placement_of(status)
+    assert placement is not None
+    attempt = current_attempt(status)
     await ensure_status_ca(rt, ns)  # the CA the pods' projected volume reads, before the pods
     gpu_template, channel_template = claim_templates(view, job, domain_cliques(rt, view, placement, job))
     pods = [build_worker_pod(job, rank=r, attempt=attempt, placement=placement,
@@ -320,7 +358,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
 
 
 def _ungate_patch(gates: tuple[str, ...]) -> list[dict[str, Any]]:
-    """JSON patch lifting kubeforge's gates (:data:`~kubeforge.lifecycle._volume.OUR_GATES`)
+    """JSON patch lifting kubeforge's gates (:data:`kubeforge.lifecycle.OUR_GATES`)
     from a pod whose ``spec.schedulingGates`` are ``gates``, and nobody else's: it first tests
     that the gates are still those (a 422 otherwise, and the next reconcile decides again)."""
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in gates]}]
