@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubeforge.api import InferenceServiceSpec
-from kubeforge.api._inferenceservice import Autoscaling, LatencySLO, ScaleDownRules, ScaleUpRules
+from kubeforge.api import Autoscaling, LatencySLO, ScaleDownRules, ScaleUpRules
 from kubeforge.autoscaling import (
     MAX_EVENTS,
     MAX_RECOMMENDATIONS,

@@ -58,26 +58,30 @@ from ._gpupool import (
     TopologyDomain,
     TopologyLevel,
 )
-from ._inferenceservice import (
+from ._autoscaling import (
     DEFAULT_PROMETHEUS_URL,
     Autoscaling,
-    DEFAULT_MAX_GROUP_RESTARTS,
-    DrainReason,
-    Engine,
-    GroupPhase,
-    InferenceService,
-    InferenceServiceSpec,
-    InferenceServiceStatus,
-    MultiNode,
-    Parallelism,
-    ReplicaGroup,
-    StartupPolicy,
     LatencySLO,
     Metric,
-    ScaleDirection,
     ScaleDownRules,
     ScaleUpRules,
+)
+from ._inferenceservice import (
+    DEFAULT_MAX_GROUP_RESTARTS,
+    Engine,
+    InferenceService,
+    InferenceServiceSpec,
+    MultiNode,
+    Parallelism,
+    StartupPolicy,
     ServingTopology,
+)
+from ._inferenceservice_status import (
+    DrainReason,
+    GroupPhase,
+    InferenceServiceStatus,
+    ReplicaGroup,
+    ScaleDirection,
 )
 from ._serving_start import (
     MAX_START_SAMPLES,
