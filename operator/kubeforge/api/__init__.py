@@ -32,12 +32,12 @@ from ._core import (
     LabelSelector,
     LabelSelectorRequirement,
     ObjectMeta,
-    PodTemplate,
     SelectorOperator,
     TaintEffect,
     Toleration,
     TolerationOperator,
 )
+from ._pod_template import PodTemplate
 from ._quota import GPUQuota, PoolPreemption, PreemptionPolicy, QuotaUsage
 from ._reservations import PoolReservations, ReservationMode
 from ._gpupool import (

@@ -15,8 +15,9 @@ from .. import API_VERSION
 from ._activation import Activation
 from ._autoscaling import Autoscaling
 from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, name_rules, schema_default
-from ._core import ObjectMeta, PodTemplate
+from ._core import ObjectMeta
 from ._inferenceservice_status import InferenceServiceStatus
+from ._pod_template import PodTemplate
 from ._serving_start import Standby
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 

@@ -16,7 +16,8 @@ from ._base import (
     name_rules,
     schema_default,
 )
-from ._core import ObjectMeta, PodTemplate, Quantity
+from ._core import ObjectMeta, Quantity
+from ._pod_template import PodTemplate
 from ._trainingjob_status import TrainingJobStatus
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
 
