@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ._latency import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Service, Stats
+from ._latency import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Stats
+from ._replicas import Service
 
 __all__ = ["ABORTED_METRIC", "render_services"]
 

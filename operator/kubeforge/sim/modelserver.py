@@ -1,8 +1,8 @@
 """A model-server simulator: InferenceService replicas as vLLM serves and exports them, on the local cluster.
 
-What it simulates, per InferenceService (namespace, name), with the pure latency model of
-:mod:`kubeforge.sim._latency` (replicas with a waiting queue and a running batch, TTFT =
-queue wait + prefill, ITL rising with the batch, KV-cache reservations; its docstring gives
+What it simulates, per InferenceService (namespace, name), with the pure model of
+``_latency`` and ``_replicas`` (replicas with a waiting queue and a running batch, TTFT =
+queue wait + prefill, ITL rising with the batch, KV-cache reservations; their docstrings give
 the model):
 
 * **replicas** are the pods the Service would route to. When the operator's EndpointSlice
@@ -31,7 +31,7 @@ the model):
   queue of a service at zero replicas stays visible and ``sum`` counts each request once)
   and the aborted-requests counter.
 
-The pure model (:class:`Service`, :class:`Replica`, :func:`make_request` in ``_latency``;
+The pure model (:func:`make_request` in ``_latency``; :class:`Service`, :class:`Replica` in ``_replicas``;
 :func:`routing_view`, :func:`trace_arrivals`, :func:`rate_arrivals` in ``_serving``) has no
 clock and no I/O and is unit-tested in ``tests/test_modelserver.py``; :class:`ModelServerSim`
 wraps it with an HTTP server (its handler in ``_modelserver_http``) and two threads.
@@ -48,10 +48,11 @@ from typing import Any, Callable, Iterable
 
 from ._exposition import ABORTED_METRIC, render_services
 from ._latency import (
-    ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Done, Replica, Request, Service, ServiceModel, Stats,
-    itl_seconds, make_request, prefill_seconds, service_seconds,
+    ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, Done, Request, ServiceModel, Stats, itl_seconds, make_request,
+    prefill_seconds, service_seconds,
 )
 from ._modelserver_http import handler
+from ._replicas import Replica, Service
 from ._serving import (
     AZURE_CODE_TRACE, Key, PodView, SliceView, compressed, load_trace, percentile, rate_arrivals, routing_view,
     service_for_host, trace_arrivals,
