@@ -13,15 +13,17 @@ from kubeforge.admission._plan import (
     BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, PlaceGroup, Wait, awaiting_admission, candidate_pools,
     first_pool_index, gang_request, plan_admission, queued_since,
 )
-from kubeforge.admission._ordering import entry_order, queue_order, scale_down_order, service_order
+from kubeforge.admission._ordering import (
+    WorkLost, entry_order, queue_order, scale_down_order, service_order, victim_order,
+)
 from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, pool_members, pool_view
 from kubeforge.admission._request import (
     GroupShape, clique_level, group_request, group_shape, multi_node, nvlink_request, own_anti_affinity,
 )
 from kubeforge.admission._quota import UNLISTED, QuotaBook, quota_book
 from kubeforge.admission._victims import (
-    HIGHER_PRIORITY, QUOTA_RECLAIM, LostWorkBasis, Victim, WorkLost, checkpoint_age, checkpoint_basis, choose_victims,
-    eligible_victims, lost_work, preemption_message, run_time, victim_order,
+    HIGHER_PRIORITY, QUOTA_RECLAIM, LostWorkBasis, Victim, checkpoint_age, checkpoint_basis, choose_victims,
+    eligible_victims, lost_work, preemption_message, run_time,
 )
 from kubeforge.admission._round import AdmissionRules, Preempt
 from kubeforge.admission._reservation import (

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
+from kubeforge.admission._ordering import WorkLost, victim_order
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import UNLISTED, QuotaBook
 from kubeforge.admission._snapshot import JobView
@@ -118,26 +119,6 @@ def checkpoint_age(job: JobView, now: float) -> float:
     if job.record.spec is None or job.placement is None:
         return 0.0
     return max(0.0, now - checkpoint_basis(job, now)[0])
-
-
-WorkLost = Callable[[JobView, float], float]
-"""``(running job, now) -> seconds of work it would lose if stopped now``: :func:`checkpoint_age`
-for kubeforge. The ``cost`` of :func:`victim_order`, :func:`lost_work` and
-:func:`choose_victims`; a bench models Kueue, which does not read checkpoints, with a cost of 0
-(``e2e/bench/preemption.py``)."""
-
-
-def victim_order(candidates: Sequence[tuple[JobView, str]], now: float,
-                 cost: WorkLost = checkpoint_age) -> list[tuple[JobView, str]]:
-    """Preemption candidates ``(job, reason)`` in the order victims are taken: cheapest GPUs
-    first, i.e. the least work lost per GPU freed (``cost``, by default :func:`checkpoint_age`,
-    seconds), then the lowest priority, then the newest (Kueue's ``candidatesOrdering`` takes the
-    lowest priority first, then the most recently admitted; kubeforge puts the lost work first).
-    Greedy by cost per unit freed loses far less in all than by the product, which keeps picking
-    small, just-restarted gangs that are soon reclaimed again: replaying the Alibaba trace
-    (e2e/bench/preemption.py, seed 7), 25 GPU-hours lost in 188 preemptions against 75 in 753."""
-    return sorted(candidates, key=lambda c: (cost(c[0], now), c[0].record.spec.priority,  # type: ignore[union-attr]
-                                             -c[0].record.created))
 
 
 def run_time(job: JobView, now: float) -> float:
