@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import JOB_NAME, SERVICE_NAME, pod_requests
 
 __all__ = ["Holding", "disagreements", "holdings", "per_domain", "per_workload", "workload_of"]
@@ -42,7 +43,7 @@ def workload_of(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     return "Pod", ns, md.get("name", "")
 
 
-def holdings(pods: Iterable[Mapping[str, Any]], resource: str = "nvidia.com/gpu") -> list[Holding]:
+def holdings(pods: Iterable[Mapping[str, Any]], resource: str = DEFAULT_GPU_RESOURCE_NAME) -> list[Holding]:
     """The pods that hold GPUs of ``resource`` now: bound (``spec.nodeName``) and not terminal."""
     out = []
     for p in pods:

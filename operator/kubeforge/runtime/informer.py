@@ -301,7 +301,8 @@ def informers(client: KubeClient, memo: Any, namespaces: tuple[str, ...] = ()) -
     the ledger only gains from (a GPU pod in a namespace kubeforge does not serve still holds
     its GPUs). ComputeDomains are optional (NVIDIA's DRA driver's CRD, maybe installed later)
     and only those with kubeforge's ``kubeforge.io/job-name`` label are watched."""
-    from kubeforge.objects import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_VERSION, JOB_NAME
+    from kubeforge.accelerators.nvidia import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_PLURAL, COMPUTE_DOMAIN_VERSION
+    from kubeforge.objects import JOB_NAME
     from kubeforge.runtime import indexes as ix
 
     pods, nodes, domains, claims = IndexStore(), IndexStore(), IndexStore(), IndexStore()
@@ -316,6 +317,6 @@ def informers(client: KubeClient, memo: Any, namespaces: tuple[str, ...] = ()) -
                             namespace=ns))
         out.append(Informer(client, f"/api/v1{prefix}/persistentvolumeclaims", "persistentvolumeclaims", ix.kf_claims,
                             claims, memo, ix.kf_claims_gone, namespace=ns))
-        out.append(Informer(client, f"{cd}{prefix}/computedomains", "computedomains", ix.kf_compute_domains, domains,
-                            memo, ix.kf_compute_domains_gone, namespace=ns, selector=JOB_NAME, optional=True))
+        out.append(Informer(client, f"{cd}{prefix}/{COMPUTE_DOMAIN_PLURAL}", COMPUTE_DOMAIN_PLURAL, ix.kf_compute_domains,
+                            domains, memo, ix.kf_compute_domains_gone, namespace=ns, selector=JOB_NAME, optional=True))
     return {"kf_pods": pods, "kf_nodes": nodes, "kf_compute_domains": domains, "kf_claims": claims}, out
