@@ -242,14 +242,17 @@ def sim_nodes(fleet: Path) -> None:
 @click.option("--name", default="kubeforge", show_default=True)
 def sim_status(name: str) -> None:
     """Is the cluster up; its nodes and GPU pools."""
+    from kubeforge.accelerators.nvidia import CLIQUE_LABEL
     from kubeforge.sim.cluster import Cluster
+    from kubeforge.sim.fleet import CAPACITY_TYPE_LABEL
 
     c = Cluster(name)
     if not c.running():
         click.echo(f"cluster {name}: not running")
         sys.exit(1)
     click.echo(f"cluster {name}: running (KUBECONFIG={c.kubeconfig})")
-    click.echo(c.kubectl("get", "nodes", "-L", "nvidia.com/gpu.clique,cloud.google.com/gce-topology-block,karpenter.sh/capacity-type").stdout)
+    columns = f"{CLIQUE_LABEL},cloud.google.com/gce-topology-block,{CAPACITY_TYPE_LABEL}"
+    click.echo(c.kubectl("get", "nodes", "-L", columns).stdout)
     click.echo(c.kubectl("get", "gpupools", check=False).stdout)
 
 
