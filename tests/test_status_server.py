@@ -145,7 +145,8 @@ def test_accepted_reports_reach_the_book_and_queue_the_job_once_due():
             assert code == 200
             rep = rt.reports.get(KEY)
             assert (rep.step, rep.percent, rep.reporter, rep.attempt) == (5, 7.0, f"{JOB}-worker-0-1", 1)
-            assert rt.jobs.after == [(KEY, 0.0), (KEY, 0.0)]  # no progress written yet: due at once
+            # no progress written yet: due at once
+            assert rt.jobs.after and all(k == KEY and d == pytest.approx(0.0, abs=0.05) for k, d in rt.jobs.after)
             rt.cache.status = {"attempt": 1, "progress": {"lastReportTime": "2099-01-01T00:00:00.000Z"}}
             await post(srv, ctx, {"step": 6}, jwt())
             assert rt.jobs.after[-1][1] > 30  # written recently (here: in the future): waits the interval
@@ -195,7 +196,9 @@ def test_refusals(case, code, words):
     run(go())
 
 
-def test_a_flood_from_one_job_gets_429_with_retry_after_and_costs_no_review():
+def test_a_flood_from_one_job_gets_429_with_retry_after_and_costs_no_review(monkeypatch):
+    monkeypatch.setattr(status_server, "REPORTS_PER_SECOND", 0.05)  # no refill worth counting, however slow the machine
+
     async def go():
         rt = FakeRuntime()
         srv, ctx = await serve(rt)
@@ -306,3 +309,16 @@ def test_the_progress_interval_grows_past_the_write_budget():
     assert rt.progress_interval() == 100  # 1,000 reporting jobs, 10 writes a second in all
     rt.options.progress_writes_per_second = 0
     assert rt.progress_interval() == 30
+
+
+def test_first_writes_are_paced_by_the_write_budget():
+    async def go():
+        rt = FakeRuntime(options=Options(status_url="https://127.0.0.1:1", progress_write_seconds=30,
+                                         progress_writes_per_second=4))
+        srv = StatusServer(rt, "127.0.0.1:0")
+        now = time.time()
+        delays = [srv._schedule(("ns", f"j{i}"), {}, now) for i in range(8)]
+        assert delays == pytest.approx([0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75])  # 4 a second
+        again = srv._schedule(("ns", "j7"), {}, now)  # the same job reporting again keeps its slot
+        assert again == pytest.approx(1.75) and len(rt.jobs.after) == 8
+    run(go())

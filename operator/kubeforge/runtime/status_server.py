@@ -90,6 +90,8 @@ class StatusServer:
         self.buckets = Buckets(REPORTS_PER_SECOND, REPORT_BURST)
         self._runner: web.AppRunner | None = None
         self._bugs: set[str] = set()
+        self._slots: dict[tuple[str, str], float] = {}
+        self._next_slot = 0.0
 
     def app(self) -> web.Application:
         """The aiohttp application (routes and the body bound)."""
@@ -184,13 +186,25 @@ class StatusServer:
         return answer(200, f"report accepted; status.progress of TrainingJob {ns}/{name} is written within {due:.0f}s")
 
     def _schedule(self, key: tuple[str, str], status: Any, now: float) -> float:
-        """Queue the job's reconcile for when its next progress write is due; returns the delay."""
+        """Queue the job's reconcile for when its next progress write is due, in a slot of the
+        write budget (``--progress-writes-per-second``: slots ``1 / budget`` s apart, so a burst
+        of first reports, e.g. 1,000 jobs after a restart, is written at that pace and never
+        fills the work queue); a job with a slot already taken for that write keeps it.
+        Returns the delay."""
         last = last_report_time(status)
-        interval = self.rt.progress_interval()
-        delay = 0.0 if last is None else max(0.0, last + interval - now)
+        due = now if last is None else max(now, last + self.rt.progress_interval())
+        have = self._slots.get(key)
+        if have is not None and have > now and have >= due - 0.001:
+            return have - now
+        budget = self.rt.options.progress_writes_per_second
+        slot = max(due, self._next_slot) if budget > 0 else due
+        self._next_slot = slot + (1.0 / budget if budget > 0 else 0.0)
+        self._slots[key] = slot
+        if len(self._slots) > 2 * len(self.rt.reports) + 1000:
+            self._slots = {k: t for k, t in self._slots.items() if t > now}
         if self.rt.jobs is not None:
-            self.rt.jobs.add_after(key, delay)
-        return delay
+            self.rt.jobs.add_after(key, slot - now)
+        return slot - now
 
 
 async def start_status_server(rt: Any) -> None:
