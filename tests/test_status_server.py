@@ -146,7 +146,7 @@ def test_accepted_reports_reach_the_book_and_queue_the_job_once_due():
             rep = rt.reports.get(KEY)
             assert (rep.step, rep.percent, rep.reporter, rep.attempt) == (5, 7.0, f"{JOB}-worker-0-1", 1)
             # no progress written yet: due at once
-            assert rt.jobs.after and all(k == KEY and d == pytest.approx(0.0, abs=0.05) for k, d in rt.jobs.after)
+            assert rt.jobs.after and all(k == KEY and d <= 0.2 for k, d in rt.jobs.after)  # within a slot of the budget
             rt.cache.status = {"attempt": 1, "progress": {"lastReportTime": "2099-01-01T00:00:00.000Z"}}
             await post(srv, ctx, {"step": 6}, jwt())
             assert rt.jobs.after[-1][1] > 30  # written recently (here: in the future): waits the interval
