@@ -68,8 +68,9 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
     ``<name>.pid``, ``<name>.log``). ``args`` are extra ``kubeforge run`` flags.
     """
     stop_operator(c, name)
-    health, metrics_port, status = free_port(), free_port(), free_port()
-    (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port, "status": status}))
+    health, metrics_port, status, engines = free_port(), free_port(), free_port(), free_port()
+    (c.dir / f"{name}.ports").write_text(json.dumps({"health": health, "metrics": metrics_port, "status": status,
+                                                      "engines": engines}))
     env = {**c.env(), **(extra_env or {})}
     pid = start_detached(
         c.dir / f"{name}.pid", c.dir / f"{name}.log",
@@ -79,10 +80,23 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
          "--prometheus-url-allow", LOCAL_PROMETHEUS, "--activator-service", "/".join(LOCAL_ACTIVATOR),
          # the workers' status endpoint on loopback: the local processes that stand in for pods reach it there
          "--status-address", f"127.0.0.1:{status}", "--status-url", f"https://127.0.0.1:{status}",
-         "--progress-write-seconds", str(LOCAL_PROGRESS_WRITE_SECONDS), *args],
+         "--progress-write-seconds", str(LOCAL_PROGRESS_WRITE_SECONDS),
+         # standby replicas' sleep and wake go to the model-server simulator (kwok's pod IPs reach
+         # nothing); the simulator listening on this port serves them (engine_control_port)
+         "--engine-control-url", f"http://127.0.0.1:{engines}", *args],
         env=env)
     assert pid is not None  # stop_operator removed the pid file
     return pid
+
+
+def engine_control_port(c: Cluster, name: str = "operator") -> int | None:
+    """The loopback port an operator started by :func:`start_operator` sends standby replicas'
+    sleep and wake to (``--engine-control-url``): a model-server simulator started on it
+    (``ModelServerSim(port=...)``) serves them. None when no such operator ran."""
+    try:
+        return int(json.loads((c.dir / f"{name}.ports").read_text())["engines"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def stop_operator(c: Cluster, name: str = "operator", sig: int = signal.SIGTERM) -> None:

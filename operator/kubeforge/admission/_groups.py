@@ -30,14 +30,16 @@ class PlaceGroup:
 
 def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]:
     """The indices of ``svc``'s groups that want nodes now: groups released to be placed again
-    (in index order), then new indices up to ``status.desiredReplicas`` (failed groups keep
+    (in index order), then new indices up to ``status.desiredReplicas`` plus the standby replicas
+    (``spec.standby.replicas``: started and kept asleep, they hold GPUs too; failed groups keep
     their index and count; a group draining for a rollout counts, one draining for a scale-down is
     on its way out: :attr:`~kubeforge.objects.GroupRecord.leaving`)."""
     groups = groups_of(svc.status)
     assumed = {i for (k, i) in snapshot.assumed_groups if k == svc.key}
     waiting = [g.index for g in groups if not g.nodes and g.phase != FAILED and g.index not in assumed]
     active = sum(1 for g in groups if not g.leaving) + len(assumed - {g.index for g in groups})
-    want = max(0, int(svc.status.get("desiredReplicas") or 0) - active)
+    standby = svc.spec.standby.replicas if svc.spec is not None else 0
+    want = max(0, int(svc.status.get("desiredReplicas") or 0) + standby - active)
     used = {g.index for g in groups} | assumed
     fresh, i = [], 0
     while len(fresh) < want:

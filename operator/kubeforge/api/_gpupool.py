@@ -340,6 +340,12 @@ class GPUPoolStatus(KubeModel):
         max_length=4096,
         description="workloads are the jobs and services that hold GPUs in the pool.",
     )
+    standby_gpus: int = Field(
+        default=0, ge=0, alias="standbyGPUs",
+        description="standbyGPUs are the GPUs held by InferenceServices' standby replicas (started and "
+        "asleep, out of their Service: spec.standby): counted in allocated, shown apart as what the "
+        "insurance costs.",
+    )
     quotas: list[QuotaUsage] = Field(
         default_factory=list,
         max_length=257,

@@ -60,13 +60,29 @@ SLICE_MANAGER = "kubeforge.io"
 controller leaves slices of other managers alone)."""
 
 
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
+"""vLLM's flag that lets an engine sleep (``vllm serve --enable-sleep-mode``)."""
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+"""vLLM serves ``/sleep``, ``/wake_up`` and ``/is_sleeping`` only with this set to 1
+(``vllm/entrypoints/serve/sleep/api_router.py``: ``if not envs.VLLM_SERVER_DEV_MODE: return``)."""
+
+
+def sleep_mode(spec: InferenceServiceSpec) -> bool:
+    """Whether the leaders run with vLLM's sleep mode: a service with standby replicas (engine vllm)."""
+    return spec.standby.replicas > 0 and spec.engine == Engine.VLLM
+
+
 def serving_hash(svc: InferenceServiceRecord) -> str:
     """A short hash of what a group's pods are made from (template, GPUs, parallelism, engine,
-    multiNode, port, pools, topology): a group made from another one is rolled out."""
+    multiNode, port, pools, topology, and sleep mode when standby replicas need it): a group made
+    from another one is rolled out. Sleep mode is hashed only when on, so a service without
+    standby replicas hashes as before it existed (tests/test_upgrade.py)."""
     spec = svc.spec
     assert spec is not None
     data = spec.model_dump(mode="json", by_alias=True, include={
         "template", "gpus_per_replica", "parallelism", "engine", "multi_node", "port", "pools", "topology"})
+    if sleep_mode(spec):
+        data["sleepMode"] = True
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -115,6 +131,8 @@ def engine_command(spec: InferenceServiceSpec, container: Mapping[str, Any], wor
         return ["/bin/sh", "-c", f"exec ray start --address={leader}:{RAY_PORT} --block"]
     serve = _with_flags(cmd, [("--tensor-parallel-size", str(tp)), ("--pipeline-parallel-size", str(pp)),
                               ("--distributed-executor-backend", "ray")])
+    if sleep_mode(spec) and SLEEP_MODE_FLAG not in serve:
+        serve += f" {SLEEP_MODE_FLAG}"
     return ["/bin/sh", "-c", f"ray start --head --port={RAY_PORT} && {_ray_wait(pods)} && exec {serve}"]
 
 
@@ -164,6 +182,10 @@ def build_group_pod(
     command = engine_command(spec, main, worker, pods, leader)
     if command is not None:
         main["command"], main["args"] = command[:2], command[2:]
+    elif worker == 0 and sleep_mode(spec) and SLEEP_MODE_FLAG not in (_command(main) or ""):
+        main["args"] = list(main.get("args") or []) + [SLEEP_MODE_FLAG]
+    if worker == 0 and sleep_mode(spec):
+        _set_env(main, {DEV_MODE_ENV: "1"})  # standby replicas sleep and wake through its endpoints
     if worker > 0 and spec.engine == Engine.VLLM and pods > 1:
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):  # a ray worker serves no HTTP
             main.pop(probe, None)

@@ -7,6 +7,7 @@ conditions (:func:`set_condition`) and timestamps (:func:`rfc3339`, :func:`parse
 names and labels of the objects made for jobs and services (``_names``: :func:`worker_pod_name`...),
 why a placed pod does not start, as a gang and a serving group both read it (``_refusals``:
 :func:`rejected_by_kubelet`, :data:`SCHEDULE_TIMEOUT`...),
+the phases of a replica's start (:class:`PodStart`, :class:`GroupStart`),
 records of kubeforge's own objects with their specs parsed once into the API models
 (:class:`Record`), and the one definition of a job's current attempt
 (:func:`current_attempt`), and the status vocabulary (``_reasons``: TrainingJob phases, condition
@@ -32,6 +33,7 @@ from kubeforge.objects._node import (
     interruption_reason, is_interrupted, node_from_k8s, not_ready_wait, parse_quantity_count, quantity_value,
     tolerates,
 )
+from kubeforge.objects._start import GroupStart, PodStart, group_start, pod_start_from_k8s
 from kubeforge.objects._pod import (
     MAIN_CONTAINER_NAMES, STUCK_WAITING_REASONS, TERMINAL_PHASES, Pod, gpu_request_conflict, is_terminal,
     main_container, pod_from_k8s, pod_requests, replica_requests, set_main_gpus,
@@ -55,6 +57,7 @@ from kubeforge.objects._records import (
 )
 
 __all__ = [
+    "GroupStart", "PodStart", "group_start", "pod_start_from_k8s",
     "MAX_CONDITION_MESSAGE", "conditions_equal", "loose_time", "parse_time", "rfc3339", "set_condition",
     "MAX_HOSTNAME", "WORKERS_SERVICE", "channel_template_name", "compute_domain_name", "gpu_claim_template_name",
     "group_hostname", "group_pod_name", "job_labels", "leader_address", "master_address", "pvc_name", "service_labels",

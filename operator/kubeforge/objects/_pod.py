@@ -15,6 +15,7 @@ from kubeforge.objects._labels import (
     WORKER_INDEX,
 )
 from kubeforge.objects._node import NATIVE_RESOURCES, parse_quantity_count, quantity_value
+from kubeforge.objects._start import PodStart, pod_start_from_k8s
 from kubeforge.objects._timestamps import loose_time
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -72,6 +73,8 @@ class Pod:
         container_restarts: Sum of its containers' ``restartCount``.
         claims: Names of its ``spec.resourceClaims`` entries (Dynamic Resource Allocation): the
             devices they hold are counted from the ResourceClaims themselves.
+        start: The phases of its start (:class:`~kubeforge.objects.PodStart`), read only for an
+            InferenceService's pod (``group`` set), else None.
     """
 
     namespace: str
@@ -103,6 +106,7 @@ class Pod:
     ip: str | None = None
     container_restarts: int = 0
     claims: tuple[str, ...] = ()
+    start: PodStart | None = None
 
     @property
     def gated(self) -> bool:
@@ -341,4 +345,5 @@ def pod_from_k8s(body: Mapping[str, Any]) -> Pod:
         ip=st.get("podIP") or None,
         container_restarts=sum(_int(cs.get("restartCount")) for cs in st.get("containerStatuses") or []),
         claims=tuple(str(c.get("name") or "") for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping)),
+        start=pod_start_from_k8s(st) if labels.get(GROUP_INDEX) is not None else None,
     )

@@ -234,6 +234,12 @@ ROLLING_OUT: Final = "RollingOut"
 """Normal Event: a group is recreated from a changed template (one group at a time)."""
 SCALED: Final = "Scaled"
 """Normal Event: the autoscaler changed the desired replica count."""
+WAKING_STANDBY: Final = "WakingStandby"
+"""Normal Event: a scale-up takes a standby replica into service: its engine is told to wake up."""
+STANDBY_WOKEN: Final = "StandbyWoken"
+"""Normal Event: a standby replica's engine is awake and it joins the Service (with its wake time)."""
+STANDBY_ASLEEP: Final = "StandbyAsleep"
+"""Normal Event: a standby replica's engine is asleep (its GPUs held, out of the Service)."""
 
 # --- GPUPool ------------------------------------------------------------------------------------
 

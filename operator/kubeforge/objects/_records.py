@@ -12,12 +12,13 @@ from typing import Any, Generic, Mapping, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kubeforge.api import (
-    DrainReason, GPUPoolSpec, GroupPhase, InferenceServiceSpec, TrainingJobSpec, describe_validation_error,
+    DrainReason, GPUPoolSpec, GroupPhase, InferenceServiceSpec, StandbyState, TrainingJobSpec, describe_validation_error,
 )
 from kubeforge.api import to_plain
 from kubeforge.objects._labels import TEMPLATE_HASH
 from kubeforge.objects._timestamps import loose_time
 from kubeforge.objects._pod import replica_requests
+from kubeforge.objects._start import GroupStart
 
 Key = tuple[str, str]
 """(namespace, name) of a namespaced object."""
@@ -216,6 +217,10 @@ class GroupRecord:
         startup_failures: Placements that did not start.
         drain_for: ``ScaleDown`` or ``Rollout`` while draining, else None.
         message: What it waits for, or why it failed.
+        start: How long its start took, phase by phase (:class:`~kubeforge.objects.GroupStart`), or None.
+        standby: ``Pending``, ``Asleep`` or ``Waking`` for a standby replica (``spec.standby``),
+            None for a serving one.
+        standby_since: When it fell asleep or was asked to wake (unix seconds), or None.
     """
 
     index: int
@@ -234,6 +239,9 @@ class GroupRecord:
     startup_failures: int = 0
     drain_for: str | None = None
     message: str | None = None
+    start: GroupStart | None = None
+    standby: str | None = None
+    standby_since: float | None = None
 
     @property
     def holds(self) -> bool:
@@ -258,9 +266,13 @@ def _int_of(value: Any, default: int = 0) -> int:
 def _group_phase(g: Mapping[str, Any]) -> str:
     """A group's phase as the decisions keep it: ``Draining`` is written for a group that left the
     Service (``drainingSince``), so ``kubectl`` shows the same count as ``readyReplicas``; only a
-    Ready group is ever drained, so it is read back as Ready with ``draining_since`` set."""
+    Ready group is ever drained, so it is read back as Ready with ``draining_since`` set. ``Standby``
+    (a Ready standby replica, out of the Service) is read back as Ready with its ``standby`` state."""
     phase = str(g.get("phase") or GroupPhase.STARTING.value)
-    return GroupPhase.READY.value if phase == GroupPhase.DRAINING.value else phase
+    return GroupPhase.READY.value if phase in (GroupPhase.DRAINING.value, GroupPhase.STANDBY.value) else phase
+
+
+_STANDBY_STATES = tuple(s.value for s in StandbyState)
 
 
 def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
@@ -277,7 +289,9 @@ def groups_of(status: Mapping[str, Any] | None) -> list[GroupRecord]:
             template_hash=g.get("templateHash"), admitted_at=loose_time(g.get("admittedAt")),
             ready_since=loose_time(g.get("readySince")), draining_since=loose_time(g.get("drainingSince")),
             restarts=_int_of(g.get("restarts")), startup_failures=_int_of(g.get("startupFailures")),
-            drain_for=g.get("drainFor"), message=g.get("message"),
+            drain_for=g.get("drainFor"), message=g.get("message"), start=GroupStart.from_status(g.get("start")),
+            standby=g.get("standby") if g.get("standby") in _STANDBY_STATES else None,
+            standby_since=loose_time(g.get("standbySince")),
         ))
     return sorted(out, key=lambda g: g.index)
 

@@ -19,6 +19,12 @@ Every reconcile (a pod, a node, admission or a timer brought it here):
    Events that narrate it (held in the Cache until the write answers, so neither a lost answer
    nor a failed create loses them), then delete, create, write the EndpointSlice.
 
+Replicas that take minutes to start (issue 28, :mod:`kubeforge.runtime.serving_engines`): with
+``autoscaling.predictive`` the decision also gets the service's demand history (read at most
+every 30 s) and its measured p90 start (``status.startTime``) as the lead time; with
+``spec.standby`` the standby leaders' ``/is_sleeping`` is read before the plan and the plan's
+sleeps and wakes are sent after it, in the background (their end queues the next look).
+
 The autoscaler's memory lives in the process; after a restart it is seeded from
 ``status.desiredReplicas`` (as the HPA seeds from the scale's replicas), so a restart never
 causes a sudden scale-down. A Deployment left by kubeforge 0.1 (replicas behind an admission
@@ -35,7 +41,7 @@ from typing import Any
 
 from kubeforge import metrics
 from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
-from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, Signals, decide
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, DemandHistory, Signals, decide
 from kubeforge.autoscaling.prometheus import QueryResult, queue_template, render_query
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash
 from kubeforge.builders.training import build_workers_service
@@ -45,11 +51,13 @@ from kubeforge.objects import (
 )
 from kubeforge.runtime.cache import service_key
 from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.engine_control import EngineCalls
 from kubeforge.runtime.metrics_source import read_queue
 from kubeforge.runtime.prometheus_urls import refusal, url_refusal
 from kubeforge.runtime.state import Runtime
+from kubeforge.runtime.serving_engines import read_sleeping, refresh_history, send_engine_calls
 from kubeforge.runtime.training import gather_bounded
-from kubeforge.serving import ScalingOutcome, ServingContext, ServingPlan, plan_serving
+from kubeforge.serving import ScalingOutcome, ServingContext, ServingPlan, is_serving, lead_seconds, plan_serving
 
 log = logging.getLogger("kubeforge.inference")
 KIND = "InferenceService"
@@ -67,6 +75,8 @@ class ServiceMemory:
     capacity_note: str | None = None
     service_made: bool = False
     slice_written: str | None = None
+    history: tuple[float, DemandHistory] | None = None
+    engines: EngineCalls = field(default_factory=EngineCalls)
 
 
 def query_for(rec: InferenceServiceRecord) -> str:
@@ -190,12 +200,36 @@ async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: i
     return out
 
 
+async def _autoscale(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemory, current: int,
+                     capacity: tuple[int | None, str | None], now: float) -> tuple[Decision, QueryResult]:
+    """The autoscaler's decision (:func:`kubeforge.autoscaling.decide`), anew once per polling
+    interval or when the spec changed, else the last one: the metric, the pool's capacity, and
+    with predictive scale-up the history and the measured p90 start as the lead time."""
+    spec = rec.spec
+    assert spec is not None
+    interval = float(spec.autoscaling.polling_interval_seconds)
+    if mem.decision is None or mem.generation != rec.generation or now - (mem.decided_at or 0) >= interval:
+        q, signals = await _query(rt, rec)
+        mem.history = await refresh_history(rt, rec, mem.history, now)
+        cap, note = capacity
+        d = decide(AutoscalingPolicy.from_spec(spec), mem.autoscaler, current, signals if signals is not None else q.value,
+                   now, cap, history=mem.history[1] if mem.history else None, lead_seconds=lead_seconds(rec.status))
+        mem.autoscaler, mem.decision, mem.query, mem.capacity_note = d.state, d, q, note
+        mem.decided_at, mem.generation = now, rec.generation
+        metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
+    assert mem.decision is not None and mem.query is not None
+    return mem.decision, mem.query
+
+
 async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     """One step of one InferenceService; returns seconds until it wants another look."""
     await rt.ready.wait()
     cache = rt.cache
     rec = cache.service(key)
     if rec is None or rec.deleting:
+        known = cache.known_service_memory(key)
+        if known is not None:
+            known.engines.cancel_all()
         cache.forget_service(key)
         rt.services.forget(key)
         rt.wake_admission()
@@ -225,18 +259,8 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     groups = groups_of(rec.status)
     assumed = cache.assumptions.groups_of(key)
     holding = sum(1 for g in groups if g.holds) + sum(1 for i in assumed if i not in {g.index for g in groups})
-    current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if not g.leaving)))
-    interval = float(spec.autoscaling.polling_interval_seconds)
-    if mem.decision is None or mem.generation != rec.generation or now - (mem.decided_at or 0) >= interval:
-        q, signals = await _query(rt, rec)
-        cap, note = _capacity(rt, rec, shape, holding)
-        d = decide(AutoscalingPolicy.from_spec(spec), mem.autoscaler, current, signals if signals is not None else q.value,
-                   now, cap)
-        mem.autoscaler, mem.decision, mem.query, mem.capacity_note = d.state, d, q, note
-        mem.decided_at, mem.generation = now, rec.generation
-        metrics.AUTOSCALER_DECISIONS.labels(direction=(d.direction or "hold").lower()).inc()
-    d, q = mem.decision, mem.query
-    assert d is not None and q is not None
+    current = int(rec.status.get("desiredReplicas", sum(1 for g in groups if is_serving(g))))
+    d, q = await _autoscale(rt, rec, mem, current, _capacity(rt, rec, shape, holding), now)
     pods = cache.service_pods(key)
     names = {n for g in groups for n in g.nodes} | {n for a in assumed.values() for n in a.placement.nodes}
     ctx = ServingContext(
@@ -244,6 +268,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
         template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
         waiting=cache.handoffs.serving_wait_of(key), scaling=ScalingOutcome(d, q, current, mem.capacity_note),
+        sleeping=await read_sleeping(rt, rec, pods),
     )
     plan = plan_serving(rec, ctx)  # the whole status patch and every Event, the autoscaler's included
     patch = plan.status or {}
@@ -261,8 +286,10 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         rt.event(KIND, rec, type_, reason, message, at)
     cache.assumptions.forget_groups(key, plan.written_assumed)
     await _apply(rt, rec, plan, ctx)
-    if plan.release or d.desired > holding:
+    send_engine_calls(rt, key, rec, plan, mem.engines)
+    if plan.release or d.desired + spec.standby.replicas > holding:
         rt.wake_admission()
+    interval = float(spec.autoscaling.polling_interval_seconds)
     left = max(0.5, interval - (now - (mem.decided_at or now)))
     return min(left, plan.requeue_after) if plan.requeue_after is not None else left
 
@@ -313,6 +340,9 @@ def _changed(old: Any, patch: dict[str, Any]) -> bool:
                 return True
         elif k == "lastMetricTime":
             continue  # moves every poll; written along with anything else that changed
+        elif k == "forecast":
+            if not isinstance(old.get(k), dict) or any(old[k].get(f) != v.get(f) for f in ("method", "replicas")):
+                return True  # its rates and time move every poll: written along with anything else
         elif old.get(k) != v:
             return True
     return False

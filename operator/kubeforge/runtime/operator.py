@@ -148,4 +148,6 @@ async def _cleanup(memo: Any, **_: Any) -> None:
     if rt.status_server is not None:
         await rt.status_server.stop()
     await rt.metrics.close()
+    if rt.engine is not None:
+        await rt.engine.close()
     await rt.client.close()

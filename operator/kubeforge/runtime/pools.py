@@ -14,6 +14,7 @@ from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_v
 from kubeforge.objects import conditions_equal
 from kubeforge.objects import JOB_PHASES, READY, TOPOLOGY_READY, WARNING
 from kubeforge.runtime.state import Runtime, every
+from kubeforge.serving import pool_standby_gpus
 
 log = logging.getLogger("kubeforge.pools")
 POOL_STATUS_INTERVAL = 2.0
@@ -58,6 +59,7 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         if views is not None:
             views[name] = view
         st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
+        st["standbyGPUs"] = pool_standby_gpus(snap.services.values(), name)  # issue 28: what standby costs
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})

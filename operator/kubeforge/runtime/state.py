@@ -13,6 +13,7 @@ from kubeforge.lifecycle import PROGRESS_WRITE_SECONDS
 from kubeforge.objects import Key, Record
 from kubeforge.runtime.cache import Cache
 from kubeforge.runtime.client import ApiError, KubeClient
+from kubeforge.runtime.engine_control import EngineControl, HttpEngineControl
 from kubeforge.runtime.events import EventSink, ObjectRef
 from kubeforge.runtime.metrics_source import MetricsSource, PrometheusSource
 from kubeforge.runtime.status_book import ReportBook
@@ -61,6 +62,9 @@ class Options:
         progress_writes_per_second: The most progress writes a second, all jobs together: with
             more reporting jobs than ``progress_write_seconds`` x this, each job's interval grows
             (:meth:`Runtime.progress_interval`), so reports never cost more status writes than this.
+        engine_control_url: Where the model servers' sleep and wake endpoints are reached
+            instead of each leader pod's IP (``--engine-control-url``; the local cluster's
+            model-server simulator): ``<url>/engines/<namespace>/<pod>/sleep`` ...; empty: the pods.
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -76,6 +80,7 @@ class Options:
     worker_reporting: bool = True
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS
     progress_writes_per_second: float = PROGRESS_WRITES_PER_SECOND
+    engine_control_url: str = ""
 
     def reporting_config(self) -> ReportingConfig | None:
         """What worker pods get to report (:mod:`kubeforge.builders.reporting`), or None when
@@ -104,6 +109,9 @@ class Runtime:
         tasks: Background tasks to cancel at shutdown.
         api_servers: Where the API server answers (``host:port``), never queried as a
             Prometheus (:mod:`kubeforge.runtime.prometheus_urls`).
+        engine: How standby replicas' engines are told to sleep and wake
+            (:class:`~kubeforge.runtime.engine_control.EngineControl`): HTTP to the leader pods,
+            or to ``options.engine_control_url``; tests put a fake here.
         metrics: Where the autoscaler's numbers come from
             (:class:`~kubeforge.runtime.metrics_source.MetricsSource`): Prometheus through this
             process's one HTTP client, opened at start-up and closed at cleanup with the API
@@ -128,10 +136,15 @@ class Runtime:
     tasks: list[asyncio.Task] = field(default_factory=list)
     api_servers: frozenset[str] = frozenset()
     metrics: MetricsSource = field(default_factory=PrometheusSource)
+    engine: EngineControl | None = None
     reports: ReportBook = field(default_factory=ReportBook)
     status_server: Any = None
     status_ca: str | None = None
     status_ca_written: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.engine is None:
+            self.engine = HttpEngineControl(self.options.engine_control_url or None)
 
     def progress_interval(self) -> float:
         """Seconds between two progress writes of one job now: ``--progress-write-seconds``, or

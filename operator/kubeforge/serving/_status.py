@@ -45,12 +45,15 @@ class _Context(Protocol):
     def waiting(self) -> tuple[str, str] | None: ...
 
 READY, FAILED, DRAINING_PHASE = GroupPhase.READY.value, GroupPhase.FAILED.value, GroupPhase.DRAINING.value
+STANDBY_PHASE = GroupPhase.STANDBY.value
 
 
 def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
-    """``status.groups[]`` entry of a group. A group out of the Service (draining) shows phase
-    ``Draining``, so the phases agree with ``readyReplicas``, which leaves it out."""
-    phase = DRAINING_PHASE if g.draining_since is not None else g.phase
+    """``status.groups[]`` entry of a group. A group out of the Service shows phase ``Draining``
+    (draining) or ``Standby`` (a Ready standby replica), so the phases agree with
+    ``readyReplicas``, which leaves both out; its start phases and standby state are added."""
+    phase = DRAINING_PHASE if g.draining_since is not None else \
+        STANDBY_PHASE if g.standby is not None and g.phase == READY else g.phase
     out: dict[str, Any] = {"index": g.index, "attempt": g.attempt, "phase": phase, "nodes": list(g.nodes),
                            "gpusPerPod": g.gpus_per_pod, "restarts": g.restarts,
                            "startupFailures": g.startup_failures}
@@ -59,9 +62,14 @@ def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
                        ("leader", leader if g.nodes else None)):
         if value:
             out[key] = value[:4096] if key == "message" else value
-    for key, ts in (("admittedAt", g.admitted_at), ("readySince", g.ready_since), ("drainingSince", g.draining_since)):
+    for key, ts in (("admittedAt", g.admitted_at), ("readySince", g.ready_since), ("drainingSince", g.draining_since),
+                    ("standbySince", g.standby_since)):
         if ts is not None:
             out[key] = rfc3339(ts)
+    if g.start is not None:
+        out["start"] = g.start.to_status()
+    if g.standby is not None:
+        out["standby"] = g.standby
     return out
 
 
@@ -104,7 +112,7 @@ def groups_status(svc: InferenceServiceRecord, ctx: _Context,
     """
     rows = [group_status(g, group_pod_name(svc.name, g.index, 0, g.attempt))
             for g in sorted(groups.values(), key=lambda g: g.index)]
-    ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None)
+    ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None and g.standby is None)
     holding = sum(1 for g in groups.values() if g.holds)
     failed = [g for g in groups.values() if g.phase == FAILED]
     conds, events = _ready_condition(svc, ctx, groups, ready, svc.status.get("conditions"))
@@ -180,7 +188,8 @@ def scaling_status(svc: InferenceServiceRecord, outcome: ScalingOutcome, status:
         A new patch: ``status`` plus ``conditions`` (``ScalingActive``, ``ScalingLimited``,
         ``SLOMet`` in SLO mode), ``desiredReplicas``, ``url``; ``lastScaleTime`` and
         ``lastScaleDirection`` when the count changes; ``lastMetricValue`` and
-        ``lastMetricTime`` when the metric was read.
+        ``lastMetricTime`` when the metric was read; ``forecast`` when predictive scale-up
+        made one.
     """
     spec = svc.spec
     assert spec is not None
@@ -196,6 +205,11 @@ def scaling_status(svc: InferenceServiceRecord, outcome: ScalingOutcome, status:
     if q.value is not None:
         patch["lastMetricValue"] = q.value
         patch["lastMetricTime"] = rfc3339(q.time or now)
+    fc = d.forecast
+    if fc is not None and d.predicted is not None:
+        patch["forecast"] = {"method": fc.method, "leadSeconds": round(fc.lead_seconds, 1),
+                             "currentRate": round(fc.current_rate, 4), "forecastRate": round(fc.rate, 4),
+                             "replicas": d.predicted, "time": rfc3339(now), "message": fc.message[:1024]}
     return patch
 
 

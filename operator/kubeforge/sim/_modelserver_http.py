@@ -1,4 +1,7 @@
-"""The model-server simulator's HTTP face: ``GET /metrics`` and the completion requests.
+"""The model-server simulator's HTTP face: ``GET /metrics``, the completion requests, and vLLM's
+sleep mode per replica at ``/engines/<namespace>/<pod>/{sleep?level=1, wake_up, is_sleeping}``
+(the operator's ``--engine-control-url``: kwok's pod IPs reach nothing, so every simulated
+engine is addressed here).
 
 :func:`handler` builds the :class:`http.server.BaseHTTPRequestHandler` class that
 :class:`kubeforge.sim.modelserver.ModelServerSim` serves with; it reads the simulator through
@@ -9,8 +12,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ._latency import Done
 from ._serving import Key, service_for_host
@@ -30,6 +34,21 @@ class Simulator(Protocol):
 
     def result(self, rid: int) -> Done | None: ...
 
+    def engine_call(self, what: str, namespace: str, pod: str) -> float | bool: ...
+
+
+ENGINE_PATHS = {("POST", "sleep"): "sleep", ("POST", "wake_up"): "wake", ("GET", "is_sleeping"): "is_sleeping"}
+"""``(method, last path segment) -> EngineSleep call`` under ``/engines/<namespace>/<pod>/``."""
+
+
+def engine_route(method: str, path: str) -> tuple[str, str, str] | None:
+    """``(call, namespace, pod)`` of a sleep-mode request, or None for any other path."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if len(parts) != 4 or parts[0] != "engines":
+        return None
+    what = ENGINE_PATHS.get((method, parts[3]))
+    return (what, parts[1], parts[2]) if what else None
+
 
 def prompt_tokens(doc: Any) -> int:
     """The prompt's length in tokens from a request body: ``prompt`` text at 4 characters a token,
@@ -47,6 +66,21 @@ def prompt_tokens(doc: Any) -> int:
     return 0
 
 
+def answer_engine(sim: Simulator, method: str, path: str, send: Callable[[int, dict], None]) -> bool:
+    """Answer a sleep-mode request through ``send`` (True), blocking as long as the engine takes,
+    as vLLM answers ``/sleep`` and ``/wake_up`` once the weights moved; False for another path."""
+    route = engine_route(method, path)
+    if route is None:
+        return False
+    out = sim.engine_call(*route)
+    if isinstance(out, bool):
+        send(200, {"is_sleeping": out})
+        return True
+    time.sleep(max(0.0, out))
+    send(200, {})
+    return True
+
+
 def handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     """The request handler class for ``sim``: ``GET /metrics`` renders its series; ``POST`` on
     any path submits one request for the service the ``Host`` or ``X-Kubeforge-Service`` header
@@ -62,7 +96,12 @@ def handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _engine(self, method: str) -> bool:
+            return answer_engine(sim, method, self.path, self._send)
+
         def do_GET(self):  # noqa: N802
+            if self._engine("GET"):
+                return
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -75,6 +114,11 @@ def handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self):  # noqa: N802
             length = int(self.headers.get("Content-Length") or 0)
+            if engine_route("POST", self.path) is not None:
+                if 0 < length <= MAX_BODY:
+                    self.rfile.read(length)  # vLLM's /sleep and /wake_up take no body: drained
+                self._engine("POST")
+                return
             if length > MAX_BODY:
                 self._send(413, {"error": "request body too large"})
                 return

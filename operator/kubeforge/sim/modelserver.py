@@ -29,7 +29,11 @@ the model):
   ``vllm:request_inference_time_seconds`` (vLLM's buckets); per service (no ``pod``) the
   requests held while no replica is routable (as ``vllm:num_requests_waiting``, so that the
   queue of a service at zero replicas stays visible and ``sum`` counts each request once)
-  and the aborted-requests counter.
+  and the aborted-requests counter;
+* **sleep mode** (warm standby, issue 28): vLLM's ``POST /sleep?level=1``, ``POST /wake_up`` and
+  ``GET /is_sleeping`` for each replica at ``/engines/<namespace>/<pod>/...`` (the operator's
+  ``--engine-control-url``), answered after a modelled time (:class:`~kubeforge.sim._sleep.WakeModel`:
+  3 s for 64 GiB by default, after llm-d's measured 2.67 s for 61.68 GiB).
 
 The pure model (:func:`make_request` in ``_latency``; :class:`Service`, :class:`Replica` in ``_replicas``;
 :func:`routing_view`, :func:`trace_arrivals`, :func:`rate_arrivals` in ``_serving``) has no
@@ -52,6 +56,7 @@ from ._latency import (
     prefill_seconds, service_seconds,
 )
 from ._modelserver_http import handler
+from ._sleep import EngineSleep, WakeModel
 from ._replicas import Replica, Service
 from ._serving import (
     AZURE_CODE_TRACE, Key, PodView, SliceView, compressed, load_trace, percentile, rate_arrivals, routing_view,
@@ -59,6 +64,7 @@ from ._serving import (
 )
 
 __all__ = [
+    "WakeModel",
     "ABORTED_METRIC", "AZURE_CODE_TRACE", "ITL_BUCKETS", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS", "Done",
     "ModelServerSim", "PodView", "Replica", "Request", "Service", "ServiceModel", "SliceView", "Stats", "compressed",
     "itl_seconds",
@@ -100,14 +106,18 @@ class ModelServerSim:
         endpoints: Test override ``f(namespace, name) -> (existing, routable)`` pod names.
         clock: Monotonic seconds.
         request_timeout: Longest an HTTP request waits for its completion, s (then 504).
+        wake: How long engines take to sleep and wake (:class:`~kubeforge.sim._sleep.WakeModel`,
+            default 3 s for 64 GiB); served at ``/engines/<namespace>/<pod>/...`` (the operator's
+            ``--engine-control-url``).
     """
 
     def __init__(self, kubeconfig: str | None = None, port: int = 0, tick_seconds: float = 0.1,
                  poll_seconds: float = 0.5, ready_replicas: Callable[[str, str], int] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  endpoints: Callable[[str, str], tuple[Iterable[str], Iterable[str]]] | None = None,
-                 request_timeout: float = 600.0):
+                 request_timeout: float = 600.0, wake: WakeModel | None = None):
         self.kubeconfig = kubeconfig
+        self.engines = EngineSleep(wake or WakeModel())
         self.tick_seconds, self.poll_seconds, self.request_timeout = tick_seconds, poll_seconds, request_timeout
         self._ready_fn, self._endpoints_fn = ready_replicas, endpoints
         self.clock = clock
@@ -218,6 +228,16 @@ class ModelServerSim:
             s.service.advance(now, [make_request(s.service.model, now, context_tokens, generated_tokens, rid)])
             self._collect(s)
             return rid, ev
+
+    def engine_call(self, what: str, namespace: str, pod: str) -> float | bool:
+        """vLLM's sleep mode for one simulated replica (:class:`~kubeforge.sim._sleep.EngineSleep`):
+        ``what`` ``"sleep"`` or ``"wake"`` returns the seconds its answer takes, ``"is_sleeping"``
+        the state."""
+        with self.lock:
+            now = self.clock()
+            if what == "is_sleeping":
+                return self.engines.is_sleeping(namespace, pod, now)
+            return (self.engines.sleep if what == "sleep" else self.engines.wake)(namespace, pod, now)
 
     def result(self, rid: int) -> Done | None:
         with self.lock:
