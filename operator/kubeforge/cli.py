@@ -65,7 +65,7 @@ def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Give worker pods the projected token, the CA and KUBEFORGE_STATUS_* / KUBEFLOW_TRAINER_STATUS_*.")
 @click.option("--progress-write-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0.0),
               help="The least seconds between two writes of a job's status.progress from its workers' reports.")
-@click.option("--progress-writes-per-second", default=10.0, show_default=True, type=click.FloatRange(min=0.0),
+@click.option("--progress-writes-per-second", default=5.0, show_default=True, type=click.FloatRange(min=0.0),
               help="The most progress writes a second, all jobs together (each job's interval grows beyond it); 0: no bound.")
 @click.option("--engine-control-url", default="", metavar="URL",
               help="Reach every model server's sleep/wake endpoints (warm standby) at URL/engines/NAMESPACE/POD "
