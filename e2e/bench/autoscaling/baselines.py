@@ -13,7 +13,10 @@ class Hpa:
     """The Kubernetes HPA (autoscaling/v2) on one ``AverageValue`` metric: tolerance,
     ``behavior`` stabilization windows and ``Pods`` / ``Percent`` policies with
     ``selectPolicy: Max``, synced every ``sync`` seconds (kube-controller-manager default 15 s).
-    Source: the HPA algorithm and ``behavior`` defaults of the Kubernetes documentation."""
+    Its first sync records the current count as a recommendation, as kube-controller-manager's
+    ``recordInitialRecommendation`` does, so a warm start is held for the scale-down window.
+    Source: the HPA algorithm and ``behavior`` defaults of the Kubernetes documentation and
+    ``pkg/controller/podautoscaler/horizontal.go``."""
 
     def __init__(self, lo: int, hi: int, target: float, up_window: float, up_policies, down_window: float,
                  down_policies, sync: float = 15.0, tolerance: float = 0.1):
@@ -29,6 +32,8 @@ class Hpa:
         if now < self.next or metric is None:
             return None
         self.next = now + self.sync
+        if not self.recs:  # the controller's recordInitialRecommendation: the current count, now
+            self.recs = [(now, current)]
         ratio = metric / (self.target * current) if current else math.inf
         rec = current if current and abs(ratio - 1) <= self.tolerance else math.ceil(metric / self.target - 1e-9)
         rec = max(self.lo, min(self.hi, rec))

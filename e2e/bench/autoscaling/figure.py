@@ -1,7 +1,8 @@
 """The figure of one run: replicas against demand, one panel per autoscaler and one for the oracle.
 
 Demand is what each interval's arrivals need (the oracle's ``need_i``: the fewest replicas at
-which the interval misses no more requests than at ``maxReplicas``), drawn as a grey area;
+which the interval misses no more requests than at ``maxReplicas``; its busiest minute's when
+a point covers 10 minutes), drawn as a grey area;
 each panel draws the replicas its autoscaler paid for (starting, serving, draining) at its
 default setting, and, dashed, at the cheapest setting that reached the goal when that differs.
 Per minute, or per 10 minutes for runs longer than 4 h.
@@ -9,6 +10,7 @@ Per minute, or per 10 minutes for runs longer than 4 h.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from e2e.bench.autoscaling.oracle import OracleResult
@@ -29,13 +31,12 @@ def _replicas(r: Result, width: float) -> tuple[list[float], list[float]]:
 
 
 def _demand(need: list[int], interval: float, width: float) -> tuple[list[float], list[float]]:
-    """``need`` (per ``interval``) as means per ``width`` s."""
+    """``need`` (per ``interval``) as the most per ``width`` s: what its busiest minute needs."""
     per = max(1, int(round(width / interval)))
     xs, ys = [], []
     for k in range(0, len(need), per):
-        chunk = need[k:k + per]
         xs.append(k * interval)
-        ys.append(sum(chunk) / len(chunk))
+        ys.append(max(need[k:k + per]))
     return xs, ys
 
 
@@ -53,7 +54,8 @@ def plot(path: Path, title: str, swept: list[Swept], orc: OracleResult, ttft: fl
     dx, dy = _demand(orc.need, interval, width)
     top = max(dy + [1])
     for i, (ax, (r, best)) in enumerate(zip(axes, rows)):
-        ax.fill_between([x / scale for x in dx], dy, step="post", color="0.8", linewidth=0, label="demand (replicas needed)")
+        ax.fill_between([x / scale for x in dx], dy, step="post", color="0.8", linewidth=0,
+                        label="demand (replicas the busiest minute needs)" if long_run else "demand (replicas needed)")
         xs, ys = _replicas(r, width)
         ax.step([x / scale for x in xs], ys, where="post", color=f"C{i}", linewidth=1.2,
                 label=f"{'schedule' if r is orc.result else r.knob}: {r.attainment(ttft):.1%}, "
@@ -69,7 +71,7 @@ def plot(path: Path, title: str, swept: list[Swept], orc: OracleResult, ttft: fl
         ax.tick_params(labelsize=7)
     axes[0].set_ylim(0, top * 1.15 + 0.5)
     axes[-1].set_xlabel(f"time ({unit}); replicas: mean per {'10 min' if long_run else 'minute'}", fontsize=8)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

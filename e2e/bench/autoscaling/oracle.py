@@ -253,7 +253,8 @@ class OracleResult:
         planned_misses: Misses the allocation planned.
         budget: Misses the SLO allows.
         floor_seconds: ``sum need_i x interval``: replica-seconds if every interval had exactly
-            what it needs and starts were free (a looser bound, printed beside it).
+            what it needs and starts were free, no miss budget spent (printed beside it: the
+            oracle spends the budget, so with short starts it can cost less).
         sims: Interval simulations run for the curves.
         tries: Allocations solved (1 unless the replay missed more than planned).
     """

@@ -121,7 +121,7 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
     orc = oracle(arrivals, end, MODEL, ttft, b.min_replicas, b.max_replicas, opts.starts, opts.goal, curves=curves)
     print(f"warm start: {warm} replicas Ready at time 0 (what the first {opts.starts.longest():g}s of arrivals need); "
           f"oracle: {orc.result.replica_seconds / 60:.0f} GPU replica-minutes at {orc.result.attainment(ttft):.2%} "
-          f"({orc.sims} interval simulations; floor without start costs {orc.floor_seconds / 60:.0f})"
+          f"({orc.sims} interval simulations; every minute's need with free starts: {orc.floor_seconds / 60:.0f})"
           + (f"; {'; '.join(orc.notes)}" if orc.notes else ""))
 
     static = _static(arrivals, end, b, opts, curves) if opts.reference else None
