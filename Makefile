@@ -90,8 +90,9 @@ profile-training: setup tools
 bench-memory: setup tools
 	$(BIN)/python -m e2e.bench.memory $(BENCH_ARGS)
 
-# Every run of issue 14 (the Azure trace, a cold ramp, a day) through kubeforge, KEDA + HPA, llm-d
-# and Dynamo in simulated time, with PNGs in e2e/results/; then the live part on the local cluster.
+# Issue 28's honest bench: the Azure trace and a day (BENCH_ARGS="--runs trace,step,day" adds the
+# step) through kubeforge, KEDA + HPA, llm-d and Dynamo in simulated time with a 5 min start, against
+# an oracle and the cheapest static count, at equal attainment; PNGs in e2e/results/; then live.
 bench-autoscaling: setup tools system-deps
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m e2e.bench.autoscaling $(BENCH_ARGS)
