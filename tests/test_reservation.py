@@ -182,3 +182,14 @@ def test_a_job_admitted_earlier_in_the_queue_is_never_held_back():
     plan = plan_admission(snapshot([pool()], fleet(), jobs=jobs), NOW)
     assert [a.key[1] for a in plan.admit] == ["first"]
     assert replace(plan.reservations[0]).placement.domain in ("c0", "c1")
+
+
+@pytest.mark.parametrize("eta1, domain", [(NOW + 700, "c0"), (NOW + 300, "c1")])
+def test_a_reservation_keeps_its_nodes_unless_others_free_a_grace_sooner(eta1, domain):
+    """Round 1 reserves c0 (frees at +900; c1 at +1800). Round 2, c1's job reports a sooner ETA:
+    200 s sooner than c0 (within the 300 s grace) keeps c0 and what it holds; 600 s sooner moves."""
+    memo = AdmissionMemo()
+    first = plan_admission(snapshot([pool()], fleet(), jobs=busy() + [big()]), NOW, memo)
+    assert first.reservations[0].placement.domain == "c0"
+    again = plan_admission(snapshot([pool()], fleet(), jobs=busy(eta1=eta1) + [big()]), NOW + 1, memo)
+    assert again.reservations[0].placement.domain == domain

@@ -84,6 +84,8 @@ class AdmissionMemo:
             gang held back by a reservation that is gone may fit although no node got freer.
         views: The last round's pool views, which the next round reuses for every pool whose
             spec and nodes did not change (:func:`~kubeforge.admission.pool_view`).
+        reserved: The nodes of each reservation of the last round, by gang: a gang keeps them
+            while they are still good (:mod:`kubeforge.admission._reservation`).
     """
 
     free: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -91,6 +93,7 @@ class AdmissionMemo:
     epoch: dict[str, int] = field(default_factory=dict)
     waits: dict[Key, tuple[tuple, tuple[int, ...], tuple, "Wait"]] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
+    reserved: dict[Key, frozenset[str]] = field(default_factory=dict)
 
     def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
         """At the start of a round: move each pool's epoch when any of its nodes has more free
@@ -295,7 +298,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
                                      memo.views.get(name), snapshot.device_classes)
     memo.views = dict(plan.views)
     rules = rules if rules is not None else AdmissionRules()
-    rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules)
+    rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules, reserved_before=memo.reserved)
     taken = rnd.taken
 
     by_key, queue = _pending_gangs(snapshot, now, plan)
@@ -314,6 +317,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     memo.settle(plan.views, taken)
 
     plan.reservations = [r for rs in rnd.queue.reservations.values() for r in rs]
+    memo.reserved = {r.key: frozenset(r.placement.gpus_by_node) for r in plan.reservations}
     groups, serving_waits = _place_serving(snapshot, plan.views, taken, rnd.queue.holds())
     plan.groups.extend(groups)
     plan.serving_waits.update(serving_waits)

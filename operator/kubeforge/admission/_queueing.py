@@ -31,6 +31,7 @@ class QueueBook:
         reservations: Per pool, the reservations made so far, in queue order.
         tried: Per pool, how many waiting gangs asked for a reservation (at most its
             ``maxReservations``).
+        previous: The nodes of each gang's reservation in the last round (kept while still good).
     """
 
     snapshot: Snapshot
@@ -40,6 +41,7 @@ class QueueBook:
     blockers: dict[str, Key] = field(default_factory=dict)
     reservations: dict[str, list[Reservation]] = field(default_factory=dict)
     tried: dict[str, int] = field(default_factory=dict)
+    previous: Mapping[Key, frozenset[str]] = field(default_factory=dict)
     _strategies: dict[str, QueueingStrategy] = field(default_factory=dict)
 
     def strategy(self, pool: str) -> QueueingStrategy:
@@ -113,14 +115,29 @@ class QueueBook:
             if strategy != QueueingStrategy.BACKFILL or self.tried.get(pool, 0) >= _max_reservations(view):
                 continue
             self.tried[pool] = self.tried.get(pool, 0) + 1
-            got = reserve(job.key, request_in(view), view, self.usable(view, job, taken(view)),
-                          self._ending(pool, running), self._reserved_nodes(pool))
+            got = self._reserve(job, request_in(view), view, self.usable(view, job, taken(view)),
+                                self._ending(pool, running))
             if got is not None and (best is None or got.start < best.start):
                 best = got
         if best is None:
             return wait
         self.reservations.setdefault(best.pool, []).append(best)
         return type(wait)(job.key, CAPACITY_RESERVED, reservation_message(best))
+
+    def _reserve(self, job: JobView, request: GangRequest, view: PoolView, taken: Mapping[str, int],
+                 ends: list) -> Reservation | None:
+        """The gang's reservation in ``view``: on the nodes of its last one while they make room no
+        more than the pool's ``graceSeconds`` after the best nodes now would (stability: a
+        reservation that moves hands what it held to others), else on the best."""
+        exclude = self._reserved_nodes(view.name)
+        best = reserve(job.key, request, view, taken, ends, exclude)
+        before = self.previous.get(job.key)
+        if best is None or not before or before == frozenset(best.placement.gpus_by_node):
+            return best
+        kept = reserve(job.key, request, view, taken, ends, exclude, only=before)
+        if kept is not None and kept.start <= best.start + pool_grace(self.snapshot.pools.get(view.name)):
+            return kept
+        return best
 
     def _ending(self, pool: str, running: Callable[[str], Sequence[JobView]]) -> list:
         """The pool's running gangs with a known end, as the round leaves them so far (those it

@@ -27,6 +27,10 @@ that start (*backfill*). Here, in one admission round, pure:
 - A job that outlives its expected end by more than the pool's ``graceSeconds`` no longer counts
   as ending, so a reservation that counted on it is recomputed the next round (later, elsewhere,
   or none): held GPUs never stay idle past a reservation's start plus the grace.
+- Reservations are recomputed every round, but a gang keeps the nodes of its last one while they
+  still make room no more than ``graceSeconds`` after the best nodes now would: ends become known
+  (and sooner) as reports arrive, and a reservation that hopped to other nodes at each small gain
+  would hand the GPUs it held to the small jobs every time.
 
 ``StrictFIFO`` (Kueue's other queueing strategy) is here too, for comparison (the backfill
 bench): the first gang that waits for capacity in a pool blocks every later one there.
@@ -166,7 +170,8 @@ def ending_jobs(running: Sequence[JobView], preempting: frozenset[Key], now: flo
 
 
 def reserve(key: Key, request: GangRequest, view: PoolView, taken: Mapping[str, int],
-            ends: Sequence[tuple[float, JobView]], exclude: frozenset[str] = frozenset()) -> Reservation | None:
+            ends: Sequence[tuple[float, JobView]], exclude: frozenset[str] = frozenset(),
+            only: frozenset[str] | None = None) -> Reservation | None:
     """The reservation of a gang that does not fit ``view`` now, or None when no set of jobs with
     a known end makes room for it.
 
@@ -181,10 +186,11 @@ def reserve(key: Key, request: GangRequest, view: PoolView, taken: Mapping[str, 
         taken: GPUs per node promised so far this round (and held by earlier reservations).
         ends: :func:`ending_jobs` of the pool.
         exclude: Nodes of earlier reservations of the pool (a reservation never shares one).
+        only: When given, the gang's nodes are chosen among these only (its last reservation's).
     """
     if not ends:
         return None
-    nodes = [n for n in view.nodes if n.name not in exclude]
+    nodes = [n for n in view.nodes if n.name not in exclude and (only is None or n.name in only)]
     fit = _fit_after(request, view, nodes, taken, ends)
     if fit(len(ends)) is None:
         return None

@@ -90,10 +90,11 @@ class Round:
     running: dict[str, list[JobView]] = field(default_factory=dict)
     in_flight: set[Key] = field(default_factory=set)
     rules: AdmissionRules = field(default_factory=AdmissionRules)
+    reserved_before: Mapping[Key, frozenset[str]] = field(default_factory=dict)
     queue: QueueBook = field(init=False)
 
     def __post_init__(self) -> None:
-        self.queue = QueueBook(self.snapshot, self.views, self.now, self.rules.queueing)
+        self.queue = QueueBook(self.snapshot, self.views, self.now, self.rules.queueing, previous=self.reserved_before)
         self.taken = {r: {} for r in self.ledgers}
         for name, pool in self.snapshot.pools.items():
             self.books[name] = quota_book(pool, self.views[name], self.ledgers[pool_resource(pool)])
