@@ -236,8 +236,9 @@ def _ahead(policy: AutoscalingPolicy, course: _Course, reading: Reading, history
     if pp is None or history is None or course.inactive is not None:
         return course, None, None
     lead = pp.lead_seconds or lead
-    if not lead or lead <= 0:
-        return replace(course, notes=course.notes + ("predictive: no start measured yet, no lead time",)), None, None
+    if lead is None or lead <= 0:
+        why = "no start measured yet, no lead time" if lead is None else "starts take 0s: nothing to ask for ahead"
+        return replace(course, notes=course.notes + (f"predictive: {why}",)), None, None
     fc = forecast_demand(pp, history, now, lead)
     if isinstance(fc, str):
         return replace(course, notes=course.notes + (f"predictive: {fc}",)), None, None
