@@ -169,3 +169,40 @@ def test_the_history_queries_and_their_answers():
     empty = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}})
     assert parse_range_response(200, empty) == ()
     assert parse_range_response(503, ok) is None and parse_range_response(200, "not json") is None
+
+
+# --------------------------------------------------------------------------- through the reconcile (a fake cluster)
+
+
+def test_the_reconcile_reads_the_history_and_asks_one_start_ahead(monkeypatch):
+    """A service with predictive Trend and leadSeconds 300: the reconcile reads the admission rate's
+    three ranges through the runtime's metrics source, decides with them, and writes the forecast
+    and the replicas it asks for (2 -> 4 req/s in 5 minutes: from 1 replica to 2)."""
+    import asyncio
+
+    from fakekube import small_cluster
+    from kubeforge.autoscaling import Signals
+    from kubeforge.runtime.inference import reconcile_service
+    from kubeforge.runtime.metrics_source import FakeMetrics
+    from records import NS, service_body, submitted
+
+    url = "http://prometheus.monitoring.svc:9090"
+
+    async def go():
+        kube = await small_cluster()
+        kube.use_clock(monkeypatch)
+        fake = FakeMetrics()
+        now = kube.now
+        fake.signals_of[(NS, "chat")] = Signals(time=now, waiting=0.0, running=1.0, replicas=1.0)
+        fake.series[demand_query(NS, "chat")] = series(now - 600, now, lambda t: 2.0 + (t - now) / 60 * 0.4)
+        kube.rt.metrics = fake
+        await kube.client_create("InferenceService", submitted(service_body(
+            "chat", minReplicas=1, maxReplicas=4, status={"desiredReplicas": 1},
+            autoscaling={"prometheusURL": url, "predictive": {"mode": "Trend", "leadSeconds": 300}})))
+        await reconcile_service(kube.rt, (NS, "chat"))
+        st = kube.get("InferenceService", NS, "chat")["status"]
+        assert st["desiredReplicas"] == 2 and st["forecast"]["replicas"] == 2, st.get("forecast")
+        assert st["forecast"]["method"] == "Trend" and st["forecast"]["forecastRate"] == pytest.approx(4.0, rel=0.01)
+        assert [c[0] for c in fake.calls].count("history") == 3
+
+    asyncio.run(go())

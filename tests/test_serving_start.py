@@ -251,3 +251,56 @@ def test_a_service_with_standby_runs_its_leaders_with_vllms_sleep_mode():
     assert "--enable-sleep-mode" in lead["args"][-1] and "--tensor-parallel-size 8" in lead["args"][-1]
     worker = build_group_pod(multi, group=g2, worker=1, pods=2, gpus_per_pod=8, template_hash="h")["spec"]["containers"][0]
     assert "--enable-sleep-mode" not in worker["args"][-1]
+
+
+def test_standby_through_the_reconcile_on_a_fake_cluster(monkeypatch):
+    """The runtime's part on a fake API server (tests/fakekube.py) with a fake engine control: the
+    standby leader is told to sleep and recorded Asleep, a scale-up wakes it (no new pod for it) and
+    a new group refills the standby count, asleep."""
+    import asyncio
+
+    from fakekube import settle, small_cluster
+    from kubeforge.autoscaling import Signals
+    from kubeforge.runtime.engine_control import FakeEngineControl
+    from kubeforge.runtime.metrics_source import FakeMetrics
+    from records import service_body, submitted
+
+    url = "http://prometheus.monitoring.svc:9090"
+
+    def st(kube):
+        return kube.get("InferenceService", NS, "chat")["status"]
+
+    async def go():
+        kube = await small_cluster()
+        kube.use_clock(monkeypatch)
+        engine, metrics = FakeEngineControl(), FakeMetrics()
+        kube.rt.engine, kube.rt.metrics = engine, metrics
+        metrics.signals_of[(NS, "chat")] = Signals(time=kube.now, waiting=0.0, running=0.0, replicas=1.0)
+        await kube.client_create("InferenceService", submitted(service_body(
+            "chat", gpus=2, minReplicas=1, maxReplicas=3, standby={"replicas": 1},
+            autoscaling={"prometheusURL": url, "scaleDown": {"stabilizationWindowSeconds": 600}})))
+        for _ in range(3):
+            await settle(kube)
+            kube.now += 1.0
+        s = st(kube)
+        roles = {g["index"]: g.get("standby") for g in s["groups"]}
+        assert sorted(roles.values(), key=str) == ["Asleep", None] and s["standbyReplicas"] == 1, s["groups"]
+        (sleeper,) = [g["leader"] for g in s["groups"] if g.get("standby") == "Asleep"]
+        assert ("sleep", sleeper) in engine.calls and sleeper in engine.asleep
+        pods_before = {p["metadata"]["name"] for p in kube.items("Pod")}
+
+        metrics.signals_of[(NS, "chat")] = Signals(time=kube.now, waiting=8.0, running=0.0, replicas=2.0)
+        kube.now += 10.0
+        for _ in range(4):
+            await settle(kube)
+            await asyncio.sleep(0)
+            kube.now += 1.0
+        s = st(kube)
+        serving = [g for g in s["groups"] if not g.get("standby")]
+        standby = [g for g in s["groups"] if g.get("standby")]
+        assert s["desiredReplicas"] == 2 and len(serving) == 2 and sleeper in {g["leader"] for g in serving}
+        assert ("wake", sleeper) in engine.calls and sleeper not in engine.asleep
+        assert len(standby) == 1 and standby[0]["standby"] == "Asleep" and standby[0]["leader"] not in pods_before
+        assert s["readyReplicas"] == 2 and s["startTime"]["wake"]["samples"]
+
+    asyncio.run(go())
