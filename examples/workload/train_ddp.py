@@ -252,7 +252,7 @@ def exit_code(stopped: bool) -> int:
     return EXIT_PREEMPTED if stopped else 0
 
 
-def live_reporter(every: float = 5.0):
+def live_reporter(every: float = 10.0):
     """A :class:`kubeforge.workload.Reporter` (standard library only): from the installed
     kubeforge package, else from ``kubeforge_workload.py`` beside this script (copy
     ``operator/kubeforge/workload.py`` there, e.g. into the same ConfigMap), else None (nothing
@@ -275,7 +275,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--report-every", type=float, default=5.0, help="seconds between live progress reports")
+    p.add_argument("--report-every", type=float, default=10.0, help="seconds between live progress reports")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step also sleeps (a slower model)")
     return p.parse_args(argv)
 
