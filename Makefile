@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -119,3 +119,9 @@ bench-nvl72: setup
 # jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.
 bench-preemption-live: setup tools peers
 	$(BIN)/python -m e2e.bench.preemption_live $(BENCH_ARGS)
+
+# Issue 27's endpoint target: 1,000 running jobs reporting every 10 s to the operator's status
+# endpoint (real tokens, real TLS) against a window without reports in the same run: the operator's
+# CPU, its API requests and the admission latency of probe jobs (e2e/README-reporting-bench.md).
+bench-reporting: setup tools
+	$(BIN)/python -m e2e.bench.reporting $(BENCH_ARGS)
