@@ -86,8 +86,8 @@ def test_renders_expected_objects(docs):
                            # the workers' status endpoint (status.enabled, the default): its Service
                            # and the Role on its TLS Secret
                            + ["Service", "Role", "RoleBinding"]
-                           # the three CRDs (crds.install, the default)
-                           + ["CustomResourceDefinition"] * 3)
+                           # the four CRDs (crds.install, the default)
+                           + ["CustomResourceDefinition"] * 4)
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -311,7 +311,7 @@ def test_chart_installs_the_generated_crds_and_keeps_them(docs):
     plain = {d["metadata"]["name"]: d for p in sorted((ROOT / "crds").glob("*.yaml"))
              for d in yaml.safe_load_all(p.read_text()) if d}
     assert sorted(crds) == sorted(plain) == ["gpupools.kubeforge.io", "inferenceservices.kubeforge.io",
-                                             "trainingjobs.kubeforge.io"]
+                                             "modelcachenodes.kubeforge.io", "trainingjobs.kubeforge.io"]
     for name, crd in crds.items():
         assert crd["spec"] == plain[name]["spec"]  # the same schema as crds/ (kubectl apply, GitOps)
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}  # helm uninstall leaves them
@@ -324,7 +324,7 @@ def test_chart_installs_the_generated_crds_and_keeps_them(docs):
 def test_crds_can_be_left_to_gitops_or_deleted_with_the_release(helm):
     assert not crds_of(render(helm, "--set", "crds.install=false"))
     crds = crds_of(render(helm, "--set", "crds.keep=false"))
-    assert len(crds) == 3 and not any(c["metadata"].get("annotations") for c in crds.values())
+    assert len(crds) == 4 and not any(c["metadata"].get("annotations") for c in crds.values())
 
 
 @pytest.mark.parametrize("bad", [

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from kubeforge.api import GPUPool, InferenceService, TrainingJob
+from kubeforge.api import GPUPool, InferenceService, ModelCacheNode, TrainingJob
 from kubeforge.api import _structural, crdgen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,8 +17,10 @@ FILES = {
     "GPUPool": "kubeforge.io_gpupools.yaml",
     "TrainingJob": "kubeforge.io_trainingjobs.yaml",
     "InferenceService": "kubeforge.io_inferenceservices.yaml",
+    "ModelCacheNode": "kubeforge.io_modelcachenodes.yaml",
 }
-MODELS = {"GPUPool": GPUPool, "TrainingJob": TrainingJob, "InferenceService": InferenceService}
+MODELS = {"GPUPool": GPUPool, "TrainingJob": TrainingJob, "InferenceService": InferenceService,
+          "ModelCacheNode": ModelCacheNode}
 
 FORBIDDEN = {"$ref", "$defs", "title", "const", "uniqueItems", "allOf", "oneOf", "not",
              "propertyNames", "examples"}
@@ -153,7 +155,7 @@ def test_names_scope_and_status_subresource(
 @pytest.mark.parametrize(
     "kind, columns",
     [
-        ("GPUPool", ["Nodes", "GPUs", "Free", "Allocated", "Spot GPUs", "Ready", "Age"]),
+        ("GPUPool", ["Nodes", "GPUs", "Free", "Allocated", "Spot GPUs", "Ready", "Models", "Age"]),
         ("TrainingJob", ["Phase", "Pool", "Domain", "Replicas", "GPUs/Replica", "Progress", "ETA", "Preemptions",
                          "Failures", "Age"]),
         ("InferenceService", ["Ready", "Desired", "Nodes/Replica", "Min", "Max", "Queue", "URL", "Standby", "Start-P90",
@@ -359,7 +361,8 @@ def test_gpu_pool_spec_may_be_left_out() -> None:
         "dra": {"deviceClassName": "gpu.nvidia.com", "driver": "gpu.nvidia.com", "spareNodesPerClique": 2},
         "preemption": {"withinQuota": "LowerPriority", "withinQuotaWhileBorrowing": "Never", "minRuntimeSeconds": 0,
                        "reclaimQuota": "Any"},
-        "reservations": {"mode": "Enabled", "maxReservations": 1, "graceSeconds": 300}}
+        "reservations": {"mode": "Enabled", "maxReservations": 1, "graceSeconds": 300},
+        "modelCache": {"hostPath": "/var/lib/kubeforge/models", "eviction": "LRU", "warmAhead": True}}
 
 
 @pytest.mark.parametrize(

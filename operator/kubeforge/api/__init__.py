@@ -1,7 +1,8 @@
 """kubeforge.api: pydantic models of the kubeforge.io/v1alpha1 resources.
 
-Three kinds: :class:`GPUPool` (cluster-scoped), :class:`TrainingJob` and
-:class:`InferenceService` (namespaced). Python attributes are snake_case; the JSON names are
+Four kinds: :class:`GPUPool` (cluster-scoped), :class:`TrainingJob` and
+:class:`InferenceService` (namespaced), and :class:`ModelCacheNode` (cluster-scoped, one per node
+that caches model weights: issue 29). Python attributes are snake_case; the JSON names are
 camelCase and both are accepted on input. ``model.to_dict()`` gives the JSON form.
 
 Read an object that the API server or kopf handed over with ``parse_as(TrainingJob, body)``
@@ -79,9 +80,32 @@ from ._inferenceservice import (
 from ._inferenceservice_status import (
     DrainReason,
     GroupPhase,
+    GroupWeights,
     InferenceServiceStatus,
     ReplicaGroup,
     ScaleDirection,
+    WeightsPhase,
+    WeightsSource,
+)
+from ._model_cache import (
+    DEFAULT_CACHE_HOST_PATH,
+    DEFAULT_MODEL_MOUNT_PATH,
+    EvictionPolicy,
+    KeepWarm,
+    ModelCachePolicy,
+    ModelSource,
+    PoolModel,
+    pin_error,
+)
+from ._model_cache_node import (
+    CopyPhase,
+    ModelCacheNode,
+    ModelCacheNodeSpec,
+    ModelCacheNodeStatus,
+    NodeCopy,
+    SecretRef,
+    WantedModel,
+    WantReason,
 )
 from ._serving_start import (
     MAX_START_SAMPLES,
@@ -234,6 +258,26 @@ __all__ = [
     "RESOURCE_KINDS",
     "Resource",
     "describe_validation_error",
+    # model caches (issue 29)
+    "DEFAULT_CACHE_HOST_PATH",
+    "DEFAULT_MODEL_MOUNT_PATH",
+    "CopyPhase",
+    "EvictionPolicy",
+    "GroupWeights",
+    "KeepWarm",
+    "ModelCacheNode",
+    "ModelCacheNodeSpec",
+    "ModelCacheNodeStatus",
+    "ModelCachePolicy",
+    "ModelSource",
+    "NodeCopy",
+    "PoolModel",
+    "SecretRef",
+    "WantedModel",
+    "WantReason",
+    "WeightsPhase",
+    "WeightsSource",
+    "pin_error",
     "parse_as",
     "parse_resource",
     "spec_error",

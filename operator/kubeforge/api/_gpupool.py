@@ -15,6 +15,7 @@ from ._base import (
     KubeModel, name_rules, schema_default,
 )
 from ._core import Condition, LabelSelector, ObjectMeta, Toleration, conditions_field
+from ._model_cache import ModelCachePolicy, PoolModel
 from ._quota import GPUQuota, PoolPreemption, QuotaUsage
 from ._reservations import RESERVATIONS_DESCRIPTION, PoolReservations
 
@@ -201,6 +202,8 @@ class GPUPoolSpec(KubeModel):
     )
     reservations: PoolReservations = Field(default_factory=PoolReservations, json_schema_extra=schema_default(
         PoolReservations), description=RESERVATIONS_DESCRIPTION)
+    model_cache: ModelCachePolicy = Field(default_factory=ModelCachePolicy, json_schema_extra=schema_default(
+        ModelCachePolicy), description="modelCache is how the nodes cache the weights of the services' spec.model.")
 
     @field_validator("quotas")
     @classmethod
@@ -238,10 +241,8 @@ class NodeCounts(KubeModel):
 class GPUCounts(KubeModel):
     """GPUCounts counts GPUs; allocated + free = allocatable."""
 
-    capacity: int = Field(
-        default=0, ge=0, description="capacity is the GPUs the nodes have (node capacity), "
-        "usable or not."
-    )
+    capacity: int = Field(default=0, ge=0, description="capacity is the GPUs the nodes have (node capacity), "
+                          "usable or not.")
     allocatable: int = Field(
         default=0,
         ge=0,
@@ -249,18 +250,11 @@ class GPUCounts(KubeModel):
         "that are Ready, schedulable (not cordoned, no taint the pool does not tolerate) and "
         "not about to be reclaimed.",
     )
-    allocated: int = Field(
-        default=0, ge=0, description="allocated is the GPUs held on those nodes: by admitted "
-        "jobs (from admission, before their pods exist) and by every other pod bound there."
-    )
-    free: int = Field(
-        default=0, ge=0, description="free is allocatable minus allocated: GPUs new work can "
-        "get now."
-    )
-    unavailable: int = Field(
-        default=0, ge=0, description="unavailable is the allocatable GPUs of nodes that are "
-        "not usable (NotReady, cordoned, tainted, being reclaimed); not part of allocatable."
-    )
+    allocated: int = Field(default=0, ge=0, description="allocated is the GPUs held on those nodes: by admitted "
+                           "jobs (from admission, before their pods exist) and by every other pod bound there.")
+    free: int = Field(default=0, ge=0, description="free is allocatable minus allocated: GPUs new work can get now.")
+    unavailable: int = Field(default=0, ge=0, description="unavailable is the allocatable GPUs of nodes that are "
+                             "not usable (NotReady, cordoned, tainted, being reclaimed); not part of allocatable.")
 
 
 class TopologyDomain(KubeModel):
@@ -351,6 +345,10 @@ class GPUPoolStatus(KubeModel):
         max_length=257,
         description="quotas is each team's use of its quota (and '*' for namespaces in none).",
     )
+    models: list[PoolModel] = Field(default_factory=list, max_length=256, description="models counts the "
+                                    "nodes holding each cached model (ModelCacheNode status).")
+    models_summary: Optional[str] = Field(default=None, max_length=256, description="modelsSummary is "
+                                          "'NAME READY/NODES, ...' for kubectl get (the first models).")
 
 
 class GPUPool(KubeModel):
@@ -379,6 +377,7 @@ class GPUPool(KubeModel):
             "type": "string",
             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         },
+        {"name": "Models", "type": "string", "jsonPath": ".status.modelsSummary"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 

@@ -17,6 +17,7 @@ from ._autoscaling import Autoscaling
 from ._base import DNS_LABEL_PATTERN, MAX_LABEL_LENGTH, KubeModel, name_rules, schema_default
 from ._core import ObjectMeta
 from ._inferenceservice_status import InferenceServiceStatus
+from ._model_cache import ModelSource
 from ._pod_template import PodTemplate
 from ._serving_start import Standby
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
@@ -224,6 +225,14 @@ class InferenceServiceSpec(KubeModel):
         default_factory=Standby,
         description="standby keeps replicas started but asleep, out of the Service, for fast scale-up.",
         json_schema_extra=schema_default(Standby),
+    )
+    model: Optional[ModelSource] = Field(
+        default=None,
+        description="model is the weights the replicas serve, pinned: the pool's nodes cache it (one "
+        "download a node, shared by every replica there), placement prefers nodes that hold it (never "
+        "requires them: a replica starts cold on free capacity rather than wait), and the serving "
+        "containers get it read-only at model.mountPath (vLLM: --model). Empty: the template loads its "
+        "own weights.",
     )
 
     _check_pools = field_validator("pools")(check_unique_pools)

@@ -37,6 +37,32 @@ class DrainReason(str, Enum):
     ROLLOUT = "Rollout"
 
 
+class WeightsSource(str, Enum):
+    """WeightsSource says whether a group's weights were on its nodes when it got them."""
+
+    CACHED = "Cached"
+    COLD = "Cold"
+
+
+class WeightsPhase(str, Enum):
+    """WeightsPhase is where a group's weights are: Downloading (a node's copy is being fetched),
+    LoadingWeights (every node holds it; the engine loads it and is not Ready yet), Loaded."""
+
+    DOWNLOADING = "Downloading"
+    LOADING_WEIGHTS = "LoadingWeights"
+    LOADED = "Loaded"
+
+
+class GroupWeights(KubeModel):
+    """GroupWeights is how a group with spec.model gets its weights."""
+
+    source: WeightsSource = Field(description="source is Cached (every node held a verified copy when the group "
+                                  "got its nodes) or Cold (a node had to fetch it first).")
+    phase: WeightsPhase = Field(description="phase is Downloading, LoadingWeights or Loaded.")
+    progress_percent: Optional[int] = Field(default=None, ge=0, le=100, description="progressPercent of the "
+                                            "slowest node's download while Downloading.")
+
+
 class ReplicaGroup(KubeModel):
     """ReplicaGroup is one replica: its pods' nodes (leader first), where they are and how it is."""
 
@@ -71,6 +97,8 @@ class ReplicaGroup(KubeModel):
     message: Optional[str] = Field(default=None, max_length=4096, description="message says what the group "
                                    "waits for or why it failed.")
     start: Optional[GroupStart] = Field(default=None, description="start is how long its start took, phase by phase.")
+    weights: Optional[GroupWeights] = Field(default=None, description="weights says whether its model was cached "
+                                            "on its nodes and where its load is (spec.model).")
     standby: Optional[StandbyState] = Field(default=None, description="standby is Pending, Asleep or Waking for a "
                                             "standby replica (spec.standby), absent for a serving one.")
     standby_since: Optional[datetime] = Field(default=None, description="standbySince is when it fell asleep or "

@@ -9,10 +9,11 @@ from pydantic import ValidationError
 from ._base import KubeModel, to_plain
 from ._gpupool import GPUPool
 from ._inferenceservice import InferenceService
+from ._model_cache_node import ModelCacheNode
 from ._trainingjob import TrainingJob
 
-Resource = Union[GPUPool, TrainingJob, InferenceService]
-RESOURCE_KINDS: tuple[type[KubeModel], ...] = (GPUPool, TrainingJob, InferenceService)
+Resource = Union[GPUPool, TrainingJob, InferenceService, ModelCacheNode]
+RESOURCE_KINDS: tuple[type[KubeModel], ...] = (GPUPool, TrainingJob, InferenceService, ModelCacheNode)
 _BY_KIND: dict[str, type[KubeModel]] = {cls.KIND: cls for cls in RESOURCE_KINDS}  # type: ignore[attr-defined]
 
 M = TypeVar("M", bound=KubeModel)
