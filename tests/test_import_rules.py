@@ -38,9 +38,9 @@ MAX_FUNCTION_LINES = 80
 # The pure core: decisions and objects from (spec, observed state, now), no I/O.
 PURE_PACKAGES = (
     "api", "objects", "accelerators", "placement", "admission", "lifecycle", "autoscaling", "builders", "serving",
-    "progress", "selectors",
+    "progress", "selectors", "modelcache",
 )
-DECIDING_PACKAGES = ("admission", "lifecycle", "serving", "autoscaling", "placement")
+DECIDING_PACKAGES = ("admission", "lifecycle", "serving", "autoscaling", "placement", "modelcache")
 # Modules that reach the network, other processes, threads or the API server.
 IO_MODULES = (
     "aiohttp", "asyncio", "http.client", "http.server", "httpx", "kopf", "kubernetes", "kubernetes_asyncio",

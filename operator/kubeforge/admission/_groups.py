@@ -1,6 +1,8 @@
 """Serving replica groups in the admission round: which of an InferenceService's groups want
 nodes, and placing them whole from what the round's gangs left (the LeaderWorkerSet way: one
 group, one domain). Pure; called by :func:`kubeforge.admission.plan_admission` after the gangs.
+A service with ``spec.model`` is placed on nodes that hold its weights first when they fit
+(:func:`kubeforge.modelcache.place_preferring_cache`: prefer, never require).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from kubeforge.admission._pools import PoolView, missing_gpus
 from kubeforge.admission._request import group_request, group_shape
 from kubeforge.admission._snapshot import Snapshot
 from kubeforge.objects import FAILED, UNSCHEDULABLE, WAITING_FOR_CAPACITY, InferenceServiceRecord, Key, groups_of
+from kubeforge.modelcache import cache_key, place_preferring_cache, ready_nodes
 from kubeforge.placement import Placement, place_gang
 
 
@@ -47,6 +50,14 @@ def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]
             fresh.append(i)
         i += 1
     return waiting + fresh
+
+
+def _model_ready(svc: InferenceServiceRecord, snapshot: Snapshot) -> frozenset[str]:
+    """The nodes holding a verified copy of the service's ``spec.model`` (none without one)."""
+    model = svc.spec.model if svc.spec is not None else None
+    if model is None or not model.cached or not snapshot.model_caches:
+        return frozenset()
+    return ready_nodes(snapshot.model_caches, cache_key(model, svc.namespace))
 
 
 def place_groups(snapshot: Snapshot, views: Mapping[str, PoolView],
@@ -91,7 +102,8 @@ def place_groups(snapshot: Snapshot, views: Mapping[str, PoolView],
                     permanent = False
                     notes.append(view.unavailable[1])
                     continue
-                result = place_gang(group_request(svc, view, shape), view.nodes, view.levels, taken[view.resource])
+                result = place_preferring_cache(place_gang, group_request(svc, view, shape), view.nodes, view.levels,
+                                                taken[view.resource], _model_ready(svc, snapshot)).result
                 if isinstance(result, Placement):
                     for node, gpus in result.gpus_by_node.items():
                         taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus

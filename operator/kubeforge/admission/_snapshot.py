@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, CapacityType, DeviceAllocation
+from kubeforge.modelcache import CacheState
 from kubeforge.objects import (
     EMPTY_INVENTORY, ClaimView, ComputeDomainView, DeviceInventory, InferenceServiceRecord, Key, Node,
     PENDING, PlacementRecord, Pod, PoolRecord, TrainingJobRecord, current_attempt, dra_key,
@@ -95,6 +96,8 @@ class Snapshot:
         compute_domains: ComputeDomains kubeforge made, by (namespace, name).
         device_classes: The DeviceClasses that exist (``resource.k8s.io/v1``), by name; None
             when not known (then no DRA pool is refused for its class).
+        model_caches: The nodes' model copies (ModelCacheNode status: node -> key -> state);
+            placement prefers nodes that hold a service's model.
     """
 
     pools: Mapping[str, PoolRecord] = field(default_factory=dict)
@@ -112,6 +115,7 @@ class Snapshot:
     resource_claims: Sequence[ClaimView] = ()
     compute_domains: Mapping[Key, ComputeDomainView] = field(default_factory=dict)
     device_classes: frozenset[str] | None = None
+    model_caches: CacheState = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.devices.gpus:
