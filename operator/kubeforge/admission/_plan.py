@@ -24,7 +24,7 @@ from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.admission._request import gang_request
 from kubeforge.admission._reservation import Reservation
 from kubeforge.api import TrainingJobSpec
-from kubeforge.objects import pvc_name
+from kubeforge.objects import checkpoint_claim_name, owns_checkpoint_claim
 from kubeforge.lifecycle import run_seconds
 from kubeforge.objects import (
     ADMITTED, BLOCKED_UNTIL_SPEC_CHANGES, CLAIM_NOT_FOUND, INVALID_SPEC, PREEMPTING, STORAGE_CLASS_NOT_FOUND,
@@ -177,18 +177,28 @@ def candidate_pools(job: JobView, now: float) -> list[str]:
 
 
 def _storage_wait(job: JobView, snapshot: Snapshot) -> Wait | None:
-    """A job whose checkpoint volume can never bind waits without holding GPUs."""
+    """A job whose checkpoint volume can never bind waits without holding GPUs: a claim it mounts
+    but does not make (``existingClaimName``, ``sharedClaim.claimName``) must exist, the class of
+    a claim it makes (its own, an ephemeral local tier's) must exist. Mode ObjectStore mounts no
+    claim (its Secret is checked before the pods are made: the operator keeps no Secret index)."""
     spec = job.record.spec
     assert spec is not None
     ns = job.record.namespace
     ck = spec.checkpoint
-    if ck.existing_claim_name:
-        if (ns, ck.existing_claim_name) not in snapshot.claims:
-            return Wait(job.key, CLAIM_NOT_FOUND,
-                        f"checkpoint.existingClaimName: PersistentVolumeClaim {ck.existing_claim_name!r} "
-                        f"does not exist in namespace {ns}")
+    claim = checkpoint_claim_name(job.record.name, ck)
+    tier_class = ck.local_tier.storage_class_name if ck.local_tier else None
+    if tier_class and tier_class not in snapshot.storage_classes:
+        return Wait(job.key, STORAGE_CLASS_NOT_FOUND,
+                    f"checkpoint.localTier.storageClassName: StorageClass {tier_class!r} does not exist")
+    if claim is None:
         return None
-    if (ns, pvc_name(job.record.name)) in snapshot.claims:
+    if not owns_checkpoint_claim(ck):
+        if (ns, claim) not in snapshot.claims:
+            field = "sharedClaim.claimName" if ck.shared_claim else "existingClaimName"
+            return Wait(job.key, CLAIM_NOT_FOUND,
+                        f"checkpoint.{field}: PersistentVolumeClaim {claim!r} does not exist in namespace {ns}")
+        return None
+    if (ns, claim) in snapshot.claims:
         return None  # made earlier (a restart): it exists, whatever its class
     if ck.storage_class_name and ck.storage_class_name not in snapshot.storage_classes:
         return Wait(job.key, STORAGE_CLASS_NOT_FOUND,

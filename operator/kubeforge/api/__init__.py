@@ -126,11 +126,20 @@ from ._parse import (
     parse_resource,
     spec_error,
 )
-from ._trainingjob import (
-    MAX_JOB_NAME_LENGTH,
+from ._checkpoint import (
+    DEFAULT_LOCAL_MOUNT_PATH,
+    DEFAULT_PATH_TEMPLATE,
     AccessMode,
     Checkpoint,
+    CheckpointMode,
     DeletionPolicy,
+    LocalTier,
+    ObjectStore,
+    SecretKey,
+    SharedClaim,
+)
+from ._trainingjob import (
+    MAX_JOB_NAME_LENGTH,
     FailurePolicy,
     TrainingJob,
     TrainingJobSpec,
@@ -197,8 +206,15 @@ __all__ = [
     "MAX_JOB_NAME_LENGTH",
     "AccessMode",
     "Checkpoint",
+    "CheckpointMode",
+    "DEFAULT_LOCAL_MOUNT_PATH",
+    "DEFAULT_PATH_TEMPLATE",
     "DeletionPolicy",
     "FailurePolicy",
+    "LocalTier",
+    "ObjectStore",
+    "SecretKey",
+    "SharedClaim",
     "LastCheckpoint",
     "MAX_REPORTED_METRICS",
     "STATUS_TOKEN_AUDIENCE",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -11,12 +10,12 @@ from .. import API_VERSION
 from ._base import (
     DNS_LABEL_PATTERN,
     MAX_LABEL_LENGTH,
-    MAX_NAME_LENGTH,
     KubeModel,
     name_rules,
     schema_default,
 )
-from ._core import ObjectMeta, Quantity
+from ._checkpoint import Checkpoint
+from ._core import ObjectMeta
 from ._pod_template import PodTemplate
 from ._trainingjob_status import TrainingJobStatus
 from ._workload import PoolName, TopologyMode, check_unique_pools, pools_field
@@ -61,80 +60,6 @@ class TrainingTopology(KubeModel):
         if self.mode == TopologyMode.REQUIRED and not self.level:
             raise ValueError("topology.level is required when topology.mode is Required")
         return self
-
-
-class AccessMode(str, Enum):
-    """AccessMode is a PersistentVolumeClaim access mode."""
-
-    READ_WRITE_ONCE = "ReadWriteOnce"
-    READ_WRITE_MANY = "ReadWriteMany"
-    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
-    READ_ONLY_MANY = "ReadOnlyMany"
-
-
-class DeletionPolicy(str, Enum):
-    """DeletionPolicy says what happens to the checkpoint volume when the job is deleted."""
-
-    RETAIN = "Retain"
-    DELETE = "Delete"
-
-
-class Checkpoint(KubeModel):
-    """Checkpoint describes the volume that holds the job's checkpoints, mounted in every
-    worker, so that a restarted job resumes from its last checkpoint."""
-
-    size: Quantity = Field(
-        default="10Gi",
-        description="size is the capacity requested for the checkpoint volume (a quantity "
-        "such as 10Gi).",
-    )
-    storage_class_name: Optional[str] = Field(
-        default=None,
-        max_length=MAX_NAME_LENGTH,
-        description="storageClassName is the StorageClass of the checkpoint volume; empty uses "
-        "the cluster's default StorageClass.",
-    )
-    access_modes: list[AccessMode] = Field(
-        default=[AccessMode.READ_WRITE_MANY],
-        min_length=1,
-        max_length=4,
-        description="accessModes of the checkpoint volume. ReadWriteMany lets workers on "
-        "different nodes share it.",
-    )
-    mount_path: str = Field(
-        default="/checkpoints",
-        min_length=1,
-        max_length=1024,
-        description="mountPath is the absolute path where the volume is mounted in every "
-        "worker; it is also passed to the workload as KUBEFORGE_CHECKPOINT_DIR.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.startsWith('/')",
-                    "message": "checkpoint.mountPath must be an absolute path (start with /)",
-                }
-            ]
-        },
-    )
-    deletion_policy: DeletionPolicy = Field(
-        default=DeletionPolicy.RETAIN,
-        description="deletionPolicy is Retain (keep the volume claim when the job is deleted) "
-        "or Delete (delete it with the job).",
-    )
-    existing_claim_name: Optional[str] = Field(
-        default=None,
-        max_length=MAX_NAME_LENGTH,
-        description="existingClaimName names a PersistentVolumeClaim in the job's namespace to "
-        "use instead of creating one. The operator never deletes it; size, storageClassName, "
-        "accessModes and deletionPolicy are then ignored.",
-    )
-
-    @field_validator("mount_path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("checkpoint.mountPath must be an absolute path (start with /)")
-        return value
 
 
 class FailurePolicy(KubeModel):
@@ -243,7 +168,9 @@ class TrainingJobSpec(KubeModel):
     )
     checkpoint: Checkpoint = Field(
         default_factory=Checkpoint,
-        description="checkpoint is the volume that keeps checkpoints across restarts.",
+        description="checkpoint says where checkpoints are kept across restarts: a claim per "
+        "job (the default), a directory per job in a shared claim, or an object store, with an "
+        "optional node-local fast tier.",
         json_schema_extra=schema_default(Checkpoint),
     )
     failure_policy: FailurePolicy = Field(

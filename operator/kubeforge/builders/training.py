@@ -1,4 +1,5 @@
-"""Manifests of a TrainingJob's children: worker Pods, the checkpoint PVC, and the headless
+"""Manifests of a TrainingJob's children: worker Pods, the checkpoint PVC (built in
+:mod:`kubeforge.builders.checkpoint` with the rest of the checkpoint storage), and the headless
 Service that gives workers their DNS names.
 
 Pure functions of (job record, placement, attempt): the lifecycle decides, these only build.
@@ -11,7 +12,10 @@ Environment given to every worker (the torchrun / Kubeflow PyTorchJob convention
   ``PET_MASTER_ADDR`` / ``PET_MASTER_PORT``: torchrun reads ``PET_*`` as its flags.
 - ``WORLD_SIZE`` = replicas, ``RANK`` = rank, ``MASTER_ADDR``, ``MASTER_PORT``: the pod-level
   values Kubeflow's PyTorchJob sets; torchrun overrides them for its worker processes.
-- ``KUBEFORGE_CHECKPOINT_DIR``: where the checkpoint volume is mounted.
+- the checkpoint storage's (:func:`kubeforge.builders.checkpoint.checkpoint_env`):
+  ``KUBEFORGE_CHECKPOINT_DIR`` (where the checkpoint volume, or the job's directory of a shared
+  claim, is mounted), ``KUBEFORGE_CHECKPOINT_URI`` (mode ObjectStore: the job's prefix) and
+  ``KUBEFORGE_LOCAL_CHECKPOINT_DIR`` (the node-local fast tier).
 - ``KUBEFORGE_RESTART_ATTEMPT``: 0 for the first run, +1 per gang restart.
 - ``KUBEFORGE_LAST_CHECKPOINT_PATH`` / ``_STEP``: the last checkpoint the workload reported.
 
@@ -37,12 +41,15 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.accelerators import nvidia
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
+from kubeforge.builders.checkpoint import (  # noqa: F401  (build_pvc, checkpoint_claim: re-exported, as before)
+    build_pvc, checkpoint_claim, checkpoint_env, mount_checkpoint,
+)
 from kubeforge.builders.common import owner_reference
 from kubeforge.builders.reporting import ReportingConfig, add_reporting
 from kubeforge.objects import (
     ASSIGNED_NODE, MANAGED_BY, MANAGER, POOL_LABEL, REPLICA_INDEX, RESTART_ATTEMPT, ROLE_LABEL, WORKER_ROLE,
     WORKERS_SERVICE, PlacementRecord, TrainingJobRecord, channel_template_name, compute_domain_name,
-    gpu_claim_template_name, job_labels, main_container, master_address, pvc_name, set_main_gpus, worker_hostname,
+    gpu_claim_template_name, job_labels, main_container, master_address, set_main_gpus, worker_hostname,
     worker_pod_name,
 )
 from kubeforge.placement import Placement, TopologyLevel, node_affinity
@@ -96,41 +103,6 @@ def build_workers_service(namespace: str) -> dict[str, Any]:
             "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
         },
     }
-
-
-def build_pvc(job: TrainingJobRecord) -> dict[str, Any]:
-    """The checkpoint PVC from ``spec.checkpoint``.
-
-    With ``deletionPolicy: Delete`` it is owned by the job (garbage-collected with it); with
-    ``Retain`` (the default) it has no owner reference, so it outlives the job.
-    """
-    assert job.spec is not None
-    ck = job.spec.checkpoint
-    md: dict[str, Any] = {
-        "name": pvc_name(job.name),
-        "namespace": job.namespace,
-        "labels": job_labels(job.name),
-    }
-    if ck.deletion_policy.value == "Delete":
-        md["ownerReferences"] = [owner_reference(KIND, job.name, job.uid)]
-    spec: dict[str, Any] = {
-        "accessModes": [m.value for m in ck.access_modes],
-        "resources": {"requests": {"storage": str(ck.size)}},
-    }
-    if ck.storage_class_name:
-        spec["storageClassName"] = ck.storage_class_name
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": md, "spec": spec}
-
-
-def checkpoint_claim(job: TrainingJobRecord) -> str:
-    """The PVC the workers mount: ``spec.checkpoint.existingClaimName`` or ours."""
-    assert job.spec is not None
-    return job.spec.checkpoint.existing_claim_name or pvc_name(job.name)
-
-
-def _set_env(container: dict[str, Any], env: Mapping[str, str]) -> None:
-    existing = [e for e in container.get("env") or [] if e.get("name") not in env]
-    container["env"] = existing + [{"name": k, "value": v} for k, v in env.items()]
 
 
 GPU_CLAIM = "gpus"
@@ -201,7 +173,9 @@ def _worker_env(job: TrainingJobRecord, rank: int, attempt: int,
     """The environment every container of rank ``rank`` gets: torchrun's (``PET_NNODES``,
     ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``), the
     torch.distributed defaults (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), the
-    checkpoint directory, the attempt, and the last checkpoint's path and step when known."""
+    checkpoint storage's (:func:`kubeforge.builders.checkpoint.checkpoint_env`), the attempt, and
+    the last checkpoint's path and step when known (a path in the durable tier: the volume or the
+    object store, never the local tier)."""
     spec = job.spec
     assert spec is not None
     master = master_address(job.name, job.namespace)
@@ -215,7 +189,7 @@ def _worker_env(job: TrainingJobRecord, rank: int, attempt: int,
         "RANK": str(rank),
         "MASTER_ADDR": master,
         "MASTER_PORT": str(MASTER_PORT),
-        "KUBEFORGE_CHECKPOINT_DIR": spec.checkpoint.mount_path,
+        **checkpoint_env(job),
         "KUBEFORGE_RESTART_ATTEMPT": str(attempt),
     }
     if last_checkpoint:
@@ -224,24 +198,6 @@ def _worker_env(job: TrainingJobRecord, rank: int, attempt: int,
         if last_checkpoint.get("step") is not None:
             env["KUBEFORGE_LAST_CHECKPOINT_STEP"] = str(last_checkpoint["step"])
     return env
-
-
-def _mount_checkpoint(pod_spec: dict[str, Any], job: TrainingJobRecord, env: Mapping[str, str]) -> None:
-    """Every container gets ``env``, the checkpoint volume at ``spec.checkpoint.mountPath`` and a
-    termination message that falls back to its logs (the workload reports its last checkpoint as
-    JSON there); the pod gets the checkpoint claim (:func:`checkpoint_claim`) as ``checkpoint``."""
-    assert job.spec is not None
-    mount_path = job.spec.checkpoint.mount_path
-    for c in pod_spec["containers"]:
-        _set_env(c, env)
-        mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") != "checkpoint"]
-        c["volumeMounts"] = mounts + [{"name": "checkpoint", "mountPath": mount_path}]
-        # The workload reports its last checkpoint as JSON in its termination message.
-        c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
-    volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != "checkpoint"]
-    pod_spec["volumes"] = volumes + [
-        {"name": "checkpoint", "persistentVolumeClaim": {"claimName": checkpoint_claim(job)}}
-    ]
 
 
 def _pin(pod_spec: dict[str, Any], placement: PlacementRecord, rank: int, levels: Sequence[TopologyLevel],
@@ -325,7 +281,7 @@ def build_worker_pod(
         _claim_devices(pod_spec, gpu_claim_template, channel_claim_template)
     else:
         set_main_gpus(pod_spec, spec.gpus_per_replica, gpu_resource)
-    _mount_checkpoint(pod_spec, job, _worker_env(job, rank, attempt, last_checkpoint))
+    mount_checkpoint(pod_spec, job, _worker_env(job, rank, attempt, last_checkpoint))
     add_reporting(pod_spec, job, reporting)
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_hostname(job.name, rank)

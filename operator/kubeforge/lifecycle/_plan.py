@@ -36,7 +36,8 @@ class CreateError:
 
     Attributes:
         attempt: The attempt whose object it was.
-        kind: ``Pod``, ``PersistentVolumeClaim`` or ``Service``.
+        kind: ``Pod``, ``PersistentVolumeClaim`` or ``Service``; or ``Secret``: a Secret the
+            pods need was not found (404 on reading its metadata), nothing was created.
         name: The object's name.
         code: The HTTP status (422, 403, 400, ...).
         message: The server's message (Kubernetes' own status message, not a response body

@@ -8,7 +8,7 @@ from kubeforge.lifecycle._accounting import maybe_fold
 from kubeforge.lifecycle._plan import StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._volume import gates_to_lift
 from kubeforge.objects import (
-    ALL_WORKERS_RUNNING, NORMAL, PREEMPTED, READY, RECOVERED, RUNNING, Pod,
+    ALL_WORKERS_RUNNING, NORMAL, PREEMPTED, READY, RECOVERED, RUNNING, Pod, owns_checkpoint_claim,
 )
 
 
@@ -25,7 +25,7 @@ def progress_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan, cu
     present = {p.rank for p in current}
     missing = [r for r in range(min(replicas, len(pl.nodes))) if r not in present]
     if missing:
-        plan.ensure_claim = not d.spec.checkpoint.existing_claim_name
+        plan.ensure_claim = owns_checkpoint_claim(d.spec.checkpoint)
         plan.ensure_service = True
         plan.create_ranks = missing
         plan.volume_gate = ctx.claim_wait is not None

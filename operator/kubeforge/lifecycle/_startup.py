@@ -14,8 +14,9 @@ from kubeforge.lifecycle._accounting import backoff
 from kubeforge.lifecycle._plan import RestartCause, StatusDraft, TrainingContext, TrainingPlan
 from kubeforge.lifecycle._stop import back_to_admission, fail_job, stop_gang
 from kubeforge.objects import (
-    ADMITTED, CREATE_FAILED, INVALID_SPEC, NORMAL, PENDING, PLACEMENT_LOST, READY, RUNNING, SPEC_CHANGED,
-    STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, VOLUME_NOT_BOUND, WARNING,
+    ADMITTED, CREATE_FAILED, INVALID_SPEC, NORMAL, PENDING, PLACEMENT_LOST, READY, RUNNING, SECRET_NOT_FOUND,
+    SPEC_CHANGED, STARTUP_RETRY_LIMIT_EXCEEDED, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE,
+    VOLUME_NOT_BOUND, WARNING,
     Pod, own_constraint_cause, rejected_by_kubelet, status_time, waits_for_volume,
 )
 from kubeforge.placement import node_misfit
@@ -63,10 +64,15 @@ def create_error_policy(d: StatusDraft, ctx: TrainingContext, plan: TrainingPlan
     """The API server refused a Pod, volume claim or Service of this attempt. 422/400: only an
     edit can fix it, so the job waits for one (``Admitted=False/InvalidSpec`` at this
     generation). Anything else (403 from quota, PodSecurity or a webhook): a startup failure,
-    retried with backoff (``CreateFailed``)."""
+    retried with backoff (``CreateFailed``). A Secret the pods need that does not exist (the
+    object store's credentials, kind ``Secret``): a startup failure too (``SecretNotFound``)."""
     err = ctx.create_error
     if err is None or err.attempt != d.attempt:
         return False
+    if err.kind == "Secret":
+        startup_failure(d, ctx, plan, SECRET_NOT_FOUND, f"checkpoint.objectStore.secretName: Secret {err.name!r} "
+                        "does not exist in the job's namespace (the workers' object-store credentials)")
+        return True
     what = f"the API server refused {err.kind} {err.name} (HTTP {err.code}): {err.message}"
     if err.needs_spec_change:
         back_to_admission(d, ctx, plan, WARNING, INVALID_SPEC, f"{what}; fix the spec to retry")

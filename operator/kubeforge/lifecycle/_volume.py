@@ -11,7 +11,9 @@ not Bound and its StorageClass binds immediately, kube-scheduler would only refu
 claim is Bound. Level-based: gated pods and a Bound claim mean "lift", whoever made the pods
 and whenever the operator restarted in between.
 
-Never gated: a user's ``existingClaimName`` (left to kube-scheduler, as before), a Bound claim
+Never gated: a claim kubeforge does not make (``existingClaimName``, a ``SharedClaim``: left to
+kube-scheduler, as before; mode ``ObjectStore`` and a ``localTier`` have no claim to wait for,
+an ephemeral local tier's claims being made per pod, after it), a Bound claim
 (a restart after a preemption), and a StorageClass with ``volumeBindingMode:
 WaitForFirstConsumer``, whose claim binds only *because* a pod was scheduled (kube-scheduler's
 VolumeBinding plugin picks the node, then the provisioner creates the volume there).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kubeforge.objects import GANG_GATE, VOLUME_GATE, Pod, TrainingJobRecord
+from kubeforge.objects import GANG_GATE, VOLUME_GATE, Pod, TrainingJobRecord, owns_checkpoint_claim, pvc_name
 
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 """``volumeBindingMode`` of a StorageClass whose claims bind once a pod using them is scheduled."""
@@ -33,7 +35,8 @@ OUR_GATES = (GANG_GATE, VOLUME_GATE)
 def claim_wait(job: TrainingJobRecord, claim: tuple[str, str] | None, binding_mode: str | None) -> str | None:
     """Why a placed gang's workers wait behind the volume gate, or None to let them schedule.
 
-    Only the job's own claim ``<job>-checkpoint`` is waited for, only while it is not Bound
+    Only the job's own claim ``<job>-checkpoint`` (mode ClaimPerJob, no ``existingClaimName``:
+    :func:`kubeforge.objects.owns_checkpoint_claim`) is waited for, only while it is not Bound
     and its StorageClass binds immediately (see the module's docstring).
 
     Args:
@@ -47,9 +50,9 @@ def claim_wait(job: TrainingJobRecord, claim: tuple[str, str] | None, binding_mo
     Returns:
         A message naming the claim and its phase, or None.
     """
-    if job.spec is None or job.spec.checkpoint.existing_claim_name or binding_mode == WAIT_FOR_FIRST_CONSUMER:
+    if job.spec is None or not owns_checkpoint_claim(job.spec.checkpoint) or binding_mode == WAIT_FOR_FIRST_CONSUMER:
         return None
-    name = f"{job.name}-checkpoint"
+    name = pvc_name(job.name)
     if claim is None:
         return f"checkpoint claim {name} not created yet"
     phase, _ = claim

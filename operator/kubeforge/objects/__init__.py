@@ -23,9 +23,9 @@ from kubeforge.objects import _reasons
 from kubeforge.objects._conditions import MAX_CONDITION_MESSAGE, conditions_equal, set_condition
 from kubeforge.objects._timestamps import loose_time, parse_time, rfc3339
 from kubeforge.objects._names import (
-    MAX_HOSTNAME, WORKERS_SERVICE, channel_template_name, compute_domain_name, gpu_claim_template_name, group_hostname,
-    group_pod_name, job_labels, leader_address, master_address, pvc_name, service_labels, slice_name, worker_hostname,
-    worker_pod_name,
+    MAX_HOSTNAME, WORKERS_SERVICE, channel_template_name, checkpoint_claim_name, checkpoint_path, checkpoint_uri,
+    compute_domain_name, gpu_claim_template_name, group_hostname, group_pod_name, job_labels, leader_address,
+    master_address, owns_checkpoint_claim, pvc_name, service_labels, slice_name, worker_hostname, worker_pod_name,
 )
 from kubeforge.objects._reasons import *  # noqa: F401,F403  (the status vocabulary: phases, condition types, reasons)
 from kubeforge.objects._node import (
@@ -59,7 +59,8 @@ from kubeforge.objects._records import (
 __all__ = [
     "GroupStart", "PodStart", "group_start", "pod_start_from_k8s",
     "MAX_CONDITION_MESSAGE", "conditions_equal", "loose_time", "parse_time", "rfc3339", "set_condition",
-    "MAX_HOSTNAME", "WORKERS_SERVICE", "channel_template_name", "compute_domain_name", "gpu_claim_template_name",
+    "MAX_HOSTNAME", "WORKERS_SERVICE", "channel_template_name", "checkpoint_claim_name", "checkpoint_path",
+    "checkpoint_uri", "compute_domain_name", "gpu_claim_template_name", "owns_checkpoint_claim",
     "group_hostname", "group_pod_name", "job_labels", "leader_address", "master_address", "pvc_name", "service_labels",
     "slice_name", "worker_hostname", "worker_pod_name",
     "KUBELET_REJECTIONS", "SCHEDULE_TIMEOUT", "SCHEDULER_OWN_CONSTRAINT_REASONS", "own_constraint_cause",

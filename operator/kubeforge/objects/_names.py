@@ -4,7 +4,8 @@ One home for the naming rules, so the layers that decide (admission looks up a j
 claim, the lifecycle its ComputeDomain, serving its group pods) and the builders that make the
 objects agree on every name without the deciding layers importing the builders.
 
-TrainingJob children: the checkpoint claim, the worker pods and their stable hostnames, the
+TrainingJob children: the checkpoint claim (and, in the other checkpoint modes, the claim or the
+object-store prefix the job's checkpoints go to), the worker pods and their stable hostnames, the
 rendezvous address, the DRA claim templates and the ComputeDomain. InferenceService children:
 the group pods and hostnames, the leader's address, the EndpointSlice. Both kinds' pods share the
 namespace's headless Service :data:`WORKERS_SERVICE`.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
+from kubeforge.api import Checkpoint, CheckpointMode
 from kubeforge.objects._labels import JOB_NAME, MANAGED_BY, MANAGER, SERVICE_NAME
 
 WORKERS_SERVICE = "kubeforge-workers"
@@ -38,6 +40,39 @@ def job_labels(job_name: str) -> dict[str, str]:
 def pvc_name(job_name: str) -> str:
     """The checkpoint PVC the operator creates for a job: ``<job>-checkpoint``."""
     return f"{job_name}-checkpoint"
+
+
+def owns_checkpoint_claim(checkpoint: Checkpoint) -> bool:
+    """Whether kubeforge makes the job's checkpoint claim (:func:`pvc_name`; and deletes it with
+    the job under ``deletionPolicy: Delete``): mode ClaimPerJob without ``existingClaimName``. In
+    every other case the claim, if any, is the user's, and kubeforge never deletes it."""
+    return checkpoint.mode == CheckpointMode.CLAIM_PER_JOB and not checkpoint.existing_claim_name
+
+
+def checkpoint_claim_name(job_name: str, checkpoint: Checkpoint) -> str | None:
+    """The PersistentVolumeClaim a job's workers mount for their checkpoints: the job's own
+    (:func:`pvc_name`) or ``existingClaimName`` in mode ClaimPerJob, ``sharedClaim.claimName`` in
+    mode SharedClaim, None in mode ObjectStore (no volume)."""
+    if checkpoint.mode == CheckpointMode.OBJECT_STORE:
+        return None
+    if checkpoint.mode == CheckpointMode.SHARED_CLAIM:
+        assert checkpoint.shared_claim is not None
+        return checkpoint.shared_claim.claim_name
+    return checkpoint.existing_claim_name or pvc_name(job_name)
+
+
+def checkpoint_path(template: str, namespace: str, job_name: str, uid: str) -> str:
+    """A job's own directory in a shared claim, or its prefix in an object store, from
+    ``subPathTemplate`` / ``pathTemplate``: ``{namespace}``, ``{name}`` and ``{uid}`` replaced by
+    the job's (the API refuses any other variable and every ``.`` or ``..`` segment), e.g.
+    ``team-a/llama-pretrain``."""
+    return template.replace("{namespace}", namespace).replace("{name}", job_name).replace("{uid}", uid)
+
+
+def checkpoint_uri(uri: str, prefix: str) -> str:
+    """``KUBEFORGE_CHECKPOINT_URI``: the object store's ``uri`` and the job's ``prefix`` joined
+    by one ``/`` (``s3://bucket/ckpt`` + ``team-a/job`` -> ``s3://bucket/ckpt/team-a/job``)."""
+    return f"{uri.rstrip('/')}/{prefix}"
 
 
 def worker_hostname(job_name: str, rank: int) -> str:

@@ -131,6 +131,11 @@ CREATE_FAILED: Final = "CreateFailed"
 objects for a reason an edit of the spec does not fix (quota, PodSecurity, a webhook): a startup
 failure, retried with backoff. Also ``Ready=False`` of an InferenceService whose Service or pod
 was refused so."""
+SECRET_NOT_FOUND: Final = "SecretNotFound"
+"""``Admitted=False`` (Running, Ready; a Warning Event): ``checkpoint.objectStore.secretName`` names
+no Secret in the job's namespace (asked right before the gang's pods are made: kubeforge keeps no
+index of Secrets): a startup failure, retried with backoff, so creating the Secret lets the next
+try start."""
 STARTUP_TIMEOUT: Final = "StartupTimeout"
 """``Admitted=False`` (Running, Ready; a Warning Event): not every worker ran
 ``startupTimeoutSeconds`` after admission (and no pod says why): a startup failure. Also a
@@ -153,7 +158,8 @@ BLOCKED_UNTIL_SPEC_CHANGES: Final = (INVALID_SPEC, UNSCHEDULABLE_TEMPLATE)
 """``Admitted=False`` reasons, at the job's current generation, that stop admission until the
 spec changes."""
 
-STARTUP_FAILURE_REASONS: Final = (STARTUP_TIMEOUT, PLACEMENT_LOST, CREATE_FAILED, UNSCHEDULABLE, VOLUME_NOT_BOUND)
+STARTUP_FAILURE_REASONS: Final = (STARTUP_TIMEOUT, PLACEMENT_LOST, CREATE_FAILED, UNSCHEDULABLE, VOLUME_NOT_BOUND,
+                                  SECRET_NOT_FOUND)
 """kubeforge's own reasons of a failed start (``restarts.startupFailures``); a stuck container's
 own reason (``ErrImagePull``...) is the other kind. The labels of ``kubeforge_startup_failures_total``
 known in advance."""

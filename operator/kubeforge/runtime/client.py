@@ -155,8 +155,9 @@ class KubeClient:
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
                       query: Mapping[str, Any] | None = None, read: bool = False,
-                      resource: str = "", timeout: float = REQUEST_TIMEOUT) -> Any:
-        """Send one request; return the parsed JSON body when ``read``, else None.
+                      resource: str = "", timeout: float = REQUEST_TIMEOUT, accept: str = "application/json") -> Any:
+        """Send one request; return the parsed JSON body when ``read``, else None. ``accept``: e.g.
+        ``application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`` for the metadata alone.
 
         Raises:
             ApiError: non-2xx status, or no response (code 0) after ``timeout``.
@@ -167,7 +168,7 @@ class KubeClient:
             async with self._sem:
                 resp = await self._api.call_api(
                     path, method, query_params=list((query or {}).items()),
-                    header_params={"Content-Type": content_type, "Accept": "application/json"},
+                    header_params={"Content-Type": content_type, "Accept": accept},
                     body=body, auth_settings=["BearerToken"], _preload_content=False,
                     _request_timeout=timeout,
                 )

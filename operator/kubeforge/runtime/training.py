@@ -3,8 +3,9 @@
 This is the one writer of a TrainingJob's status. Order of the writes (see
 :class:`~kubeforge.lifecycle.TrainingPlan`): the status first (a new attempt, or a placement,
 is on record before any pod is deleted or created: crash-safe, and kubeforge's own deletes
-never look like someone else's), then deletes, then the volume claim and the namespace's
-workers Service if missing, then the pods, all at once (behind the volume gate while the
+never look like someone else's), then deletes, then the volume claim (a claim per job) and the
+namespace's workers Service if missing, then the pods (after checking that an object store's
+Secret exists), all at once (behind the volume gate while the
 claim is not Bound: :func:`kubeforge.lifecycle.claim_wait`). A refused create is handed back to
 the next decision (:class:`~kubeforge.lifecycle.CreateError`), which releases the GPUs and
 says why; it is never retried in a loop.
@@ -29,6 +30,7 @@ from kubeforge.objects import (
     TrainingJobRecord, current_attempt, placement_of, pvc_name, rank_gpus, worker_pod_name,
 )
 
+from kubeforge.runtime.checkpoint_secrets import SECRETS
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
 from kubeforge.runtime.state import Runtime
@@ -297,10 +299,14 @@ async def _lift_gates(rt: Runtime, key: Key, ungate: Sequence[str]) -> None:
 async def _create_before_pods(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, view: PoolView | None,
                               attempt: int) -> bool:
     """Create what the pods need first and is missing: the namespace's workers Service, the
-    checkpoint claim, the DRA claim templates and the ComputeDomain (:func:`before_pods`).
-    Returns False when a create failed with a refusal handed to the next decision (no pods
-    now); raises anything else."""
+    checkpoint claim (mode ClaimPerJob only), the DRA claim templates and the ComputeDomain
+    (:func:`before_pods`); before new pods, the object store's Secret must exist
+    (:mod:`kubeforge.runtime.checkpoint_secrets`). Returns False when a create failed (or the
+    Secret is missing) with a refusal handed to the next decision (no pods now); raises anything
+    else."""
     key, ns, cache = job.key, job.key[0], rt.cache
+    if plan.create_ranks and not await _secret_found(rt, job, attempt):
+        return False
     first = []
     if plan.ensure_service and not cache.workers_service_made(ns):
         first.append(("Service", WORKERS_SERVICE, build_workers_service(ns)))
@@ -327,6 +333,19 @@ async def _create_before_pods(rt: Runtime, job: TrainingJobRecord, plan: Trainin
         if not _refused(rt, key, attempt, kind, name, r):
             raise r
     return not failed
+
+
+async def _secret_found(rt: Runtime, job: TrainingJobRecord, attempt: int) -> bool:
+    """False (the 404 handed to the next decision) when ``checkpoint.objectStore.secretName``
+    names no Secret; True when it exists, when none is named, or when it cannot be known."""
+    store = job.spec.checkpoint.object_store if job.spec is not None else None
+    if store is None or not store.secret_name:
+        return True
+    err = await SECRETS.missing(rt.client, job.namespace, store.secret_name, time.monotonic())
+    if err is None:
+        return True
+    _refused(rt, job.key, attempt, "Secret", store.secret_name, err)
+    return False
 
 
 async def _create_pods(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, view: PoolView | None,
