@@ -203,3 +203,86 @@ def test_live_targets_stay_na_until_a_live_part_measures_them():
     assert live(None) == [None, None]
     assert live(LiveFigures((0.995, 90.0, 0), (0.97, 100.0, 7), 40.0, 30.0)) == [True, True]
     assert live(LiveFigures((0.995, 120.0, 0), (0.97, 100.0, 7))) == [False, None]
+
+
+# --- kubeforge's predictive and standby rows -----------------------------------------------------
+
+
+def test_kubeforge_rows_are_written_as_a_user_writes_the_spec():
+    from e2e.bench.autoscaling import SLO, kubeforge_policy
+
+    p, _ = kubeforge_policy(Bounds(1, 8), SLO(), spec={"standby": {"replicas": 1},
+                                                        "autoscaling": {"predictive": {"mode": "Trend"}}})
+    assert p.slo is not None and p.standby_replicas == 1
+    assert p.predictive.mode == "Trend" and p.predictive.trend_window_seconds > 0  # the API's default window
+
+
+def test_the_emulated_prometheus_answers_the_admission_rate_range_query():
+    from kubeforge.sim.modelserver import Service
+
+    from e2e.bench.autoscaling.prom import Prom
+
+    svc, prom = Service(MODEL, 0.0), Prom()
+    svc.set_replicas(["a"], ["a"], 0.0)
+    arr = [Request(0.5 + i, 0.1, 0, 100, i + 1) for i in range(300)]  # 1 request/s
+    for k in range(1, 61):
+        svc.advance(5.0 * k, [r for r in arr if 5.0 * (k - 1) < r.arrival <= 5.0 * k])
+        prom.scrape(5.0 * k, svc, ["a"])
+    rates = prom.admission_rates(120.0, 300.0, 15.0)
+    assert len(rates) == 13 and all(v == pytest.approx(1.0, abs=0.1) for _, v in rates)
+
+
+def test_rate_series_stamps_yesterday_before_time_zero():
+    from e2e.bench.autoscaling.arrivals import rate_series
+
+    arr = [Request(float(i), 0.1, 0, 10, i + 1) for i in range(600)]  # 1 request/s for 10 minutes
+    s = rate_series(arr, 600.0, -86400.0)
+    assert s[0][0] == pytest.approx(15.0 - 86400.0) and all(t < 0 for t, _ in s)
+    assert [v for t, v in s if t >= 60.0 - 86400.0] == pytest.approx([1.0] * len([t for t, _ in s if t >= 60.0 - 86400.0]))
+
+
+def test_a_predictive_row_forecasts_from_the_services_own_history():
+    from e2e.bench.autoscaling import SLO
+    from e2e.bench.autoscaling.scalers import KubeforgeSLO
+
+    arr = [Request(1.0 + 0.2 * i, 0.2, 20, 500, i + 1) for i in range(3000)]  # 5 requests/s for 600 s
+    sc = KubeforgeSLO(Bounds(1, 8), SLO(), spec={"autoscaling": {"predictive": {"mode": "Seasonal"}}})
+    replay(sc, arr, 620.0, 2, True, MODEL, StartTimes(cold=120.0))
+    assert sc.last.forecast is not None and sc.last.forecast.lead_seconds == 120.0  # the run's start is the lead
+    assert sc.last.forecast.method == "Trend"  # no yesterday given: the trend
+
+
+def test_the_seasonal_row_runs_only_where_the_run_has_a_yesterday():
+    from e2e.bench.autoscaling import SLO
+    from e2e.bench.autoscaling.sweep import families
+
+    keys = [f.key for f in families(Bounds(1, 8), SLO())]
+    assert keys[:3] == ["kubeforge-slo", "kubeforge-trend", "kubeforge-standby"]
+    with_past = [f.key for f in families(Bounds(1, 8), SLO(), past=((-86400.0 + 15, 1.0),))]
+    assert with_past[:4] == ["kubeforge-slo", "kubeforge-trend", "kubeforge-seasonal", "kubeforge-standby"]
+    assert all(f.kubeforge for f in families(Bounds(1, 8), SLO())[:3])  # judged by the targets
+    assert "kubeforge-trend" not in [f.key for f in families(Bounds(1, 8), SLO(), rows=())]
+
+
+def test_the_standby_row_keeps_one_replica_asleep_and_pays_for_it():
+    from e2e.bench.autoscaling import SLO
+    from e2e.bench.autoscaling.scalers import KubeforgeSLO
+
+    arr = [Request(1.0 + 0.5 * i, 0.2, 20, 500, i + 1) for i in range(600)]  # 2 requests/s for 300 s
+    sc = KubeforgeSLO(Bounds(1, 8), SLO(), spec={"standby": {"replicas": 1}})
+    r = replay(sc, arr, 320.0, 2, True, MODEL, StartTimes(cold=120.0))
+    assert sc.last.standby == 1
+    assert at(r, 300.0)[4] == 1  # one asleep once its start is over, out of routing
+    assert at(r, 300.0)[1] == at(r, 300.0)[2] + 1  # and paid for beside the replicas asked for
+
+
+def test_a_seasonal_row_forecasts_from_yesterday_when_it_has_one():
+    from e2e.bench.autoscaling import SLO
+    from e2e.bench.autoscaling.arrivals import rate_series
+    from e2e.bench.autoscaling.scalers import KubeforgeSLO
+
+    arr = [Request(1.0 + 0.2 * i, 0.2, 20, 500, i + 1) for i in range(3000)]  # 5 requests/s for 600 s
+    past = rate_series(arr, 86400.0, -86400.0, step=60.0)  # yesterday: the same 600 s, then nothing
+    sc = KubeforgeSLO(Bounds(1, 8), SLO(), spec={"autoscaling": {"predictive": {"mode": "Seasonal"}}}, past=past)
+    replay(sc, arr, 620.0, 2, True, MODEL, StartTimes(cold=120.0))
+    assert sc.last.forecast is not None and sc.last.forecast.method == "Seasonal1d"

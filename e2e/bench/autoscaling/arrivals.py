@@ -9,6 +9,7 @@ Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase Splitti
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from kubeforge.sim.modelserver import Request, ServiceModel, make_request
 
 __all__ = ["DAY_S", "MODEL", "NIGHT_FRACTION", "PEAK_HOUR", "cold_ramp", "day_arrivals", "diurnal_fraction",
-           "step_stream", "superpose", "trace_requests"]
+           "rate_series", "step_stream", "superpose", "trace_requests"]
 
 #: The replica every autoscaler scales, assumed (not measured): a large model on one
 #: tensor-parallel group. Prompts prefill at 8,000 tokens/s after 50 ms; decoding takes 50 ms
@@ -146,6 +147,21 @@ def step_stream(trace: list[tuple[float, int, int]], base: float, rate: float, s
     extra = cold_ramp(trace, rate - base, seconds, model, seed + 1, start=step_at) if rate > base else []
     out = sorted(whole + extra, key=lambda r: r.arrival)
     return [Request(r.arrival, r.prefill, r.tokens, r.context, i + 1) for i, r in enumerate(out)]
+
+
+def rate_series(arrivals: list[Request], seconds: float, shift: float, step: float = 15.0,
+                window: float = 60.0) -> tuple[tuple[float, float], ...]:
+    """The arrival rate over ``window`` s every ``step`` s of ``[step, seconds)``, stamped ``t +
+    shift``: what Prometheus would hold of a day served well (its admission rate is then its
+    arrival rate), e.g. yesterday's with ``shift = -DAY_S`` for a seasonal forecast."""
+    times = [r.arrival for r in arrivals]
+    out, k = [], 1
+    while k * step < seconds:
+        t = k * step
+        n = bisect.bisect_right(times, t) - bisect.bisect_right(times, t - window)
+        out.append((t + shift, n / window))
+        k += 1
+    return tuple(out)
 
 
 def load_rows(path: Path) -> list[tuple[float, int, int]]:

@@ -35,7 +35,9 @@ from pathlib import Path
 from kubeforge.autoscaling import AutoscalingPolicy
 from kubeforge.sim.modelserver import load_trace
 
-from e2e.bench.autoscaling.arrivals import DAY_S, MODEL, NIGHT_FRACTION, PEAK_HOUR, day_arrivals, step_stream, trace_requests
+from e2e.bench.autoscaling.arrivals import (
+    DAY_S, MODEL, NIGHT_FRACTION, PEAK_HOUR, day_arrivals, rate_series, step_stream, trace_requests,
+)
 from e2e.bench.autoscaling.live import live
 from e2e.bench.autoscaling.replay import DRAIN_S, GATEWAY, SCRAPE_S
 from e2e.bench.autoscaling.runs import RunOptions, run
@@ -43,6 +45,7 @@ from e2e.bench.autoscaling.scalers import (
     SLO, Bounds, DynamoLoad, KedaHpa, KubeforgeQueue, KubeforgeSLO, LlmdSaturation, kubeforge_policy,
 )
 from e2e.bench.autoscaling.starts import CACHE_MODES, CACHED_START_S, COLD_START_S, WAKE_S, StartTimes
+from e2e.bench.autoscaling.sweep import KUBEFORGE_ROWS
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.traces import AZURE_CODE, default_trace, trace_credit, trace_label
 
@@ -144,10 +147,13 @@ def _flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--kubeforge-row", action="append", default=[], metavar="NAME:FIELD=VALUE,...",
                     help="add a kubeforge SLO row with these policy fields (repeatable; the seam for new policies)")
     ap.add_argument("--sweep", default="all",
-                    help="families swept to equal attainment: all, none, or keys (kubeforge-slo, kubeforge-queue, "
-                         "keda, llmd-hpa, llmd, dynamo, kubeforge:NAME)")
-    ap.add_argument("--jobs", type=int, default=1, help="processes to sweep the autoscalers in (forked; 2 halves the "
-                                                             "wall time on 2 free cores)")
+                    help="families swept to equal attainment: all, none, or keys (kubeforge-slo, kubeforge-trend, "
+                         "kubeforge-seasonal, kubeforge-standby, kubeforge-queue, keda, llmd-hpa, llmd, dynamo, "
+                         "kubeforge:NAME)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="processes the autoscalers are swept in (forked; default: 2 where there are 2 cores)")
+    ap.add_argument("--no-kubeforge-rows", action="store_true",
+                    help="leave out kubeforge's predictive and standby rows (only its plain SLO and queue rows)")
     ap.add_argument("--no-floors", action="store_true", help="sweep the main knob only, never a minReplicas floor")
     ap.add_argument("--no-reference", action="store_true", help="skip the cheapest static count")
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the PNGs go")
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(b, slo, a.overrides, a.starts, a.goal))
     print("Figures: simulated time, so the machine's load does not change them.")
     opts = RunOptions(slo, a.starts, a.goal, a.overrides, a.rows, a.sweep_keys, not a.no_floors, not a.no_reference,
-                      a.results, max(1, a.jobs))
+                      a.results, max(1, a.jobs), () if a.no_kubeforge_rows else KUBEFORGE_ROWS)
     if "trace" in a.run_list:
         run("trace", f"{label} at trace speed ({len(rows)} requests, {rows[-1][0] / 60:.0f} min + 10 quiet), "
             f"replicas 1..{b.max_replicas}", trace_requests(rows), rows[-1][0] + 600, b, opts)
@@ -200,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             step_at + a.step_seconds + tail, b, opts)
     if "day" in a.run_list:
         arr = day_arrivals(rows, MODEL, seed=a.seed, night_fraction=a.night_fraction, peak_hour=a.peak_hour)
+        yesterday = day_arrivals(rows, MODEL, seed=a.seed + 1, night_fraction=a.night_fraction, peak_hour=a.peak_hour)
         run("day", f"a day from {label} ({len(arr)} requests; {a.night_fraction:.0%} of the peak rate at "
-            f"{(a.peak_hour + 12) % 24:02.0f}:00, 100% at {a.peak_hour:02.0f}:00, seed {a.seed}), replicas "
-            f"1..{b.max_replicas}", arr, DAY_S, b, opts)
+            f"{(a.peak_hour + 12) % 24:02.0f}:00, 100% at {a.peak_hour:02.0f}:00, seed {a.seed}; yesterday: seed "
+            f"{a.seed + 1}), replicas 1..{b.max_replicas}", arr, DAY_S, b, opts, past=rate_series(yesterday, DAY_S, -DAY_S))
     print(f"\n(simulated runs: {time.perf_counter() - t0:.0f}s of wall time on this machine)")
     if a.no_live:
         return 0

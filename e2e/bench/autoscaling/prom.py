@@ -4,6 +4,7 @@ what each autoscaler's query returns from them (``rate``, ``irate``, ``histogram
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ class Prom:
     def __init__(self, keep: float = 900.0):
         self.scrapes: deque[Scrape] = deque()
         self.keep = keep
+        self.admitted: list[tuple[float, int]] = []  # (t, requests admitted so far), every scrape, kept
+        self._admitted_t: list[float] = []  # their times (bisected)
 
     def scrape(self, t: float, svc: Service, reporting: list[str]) -> None:
         """Scrape ``svc`` at ``t``: the service's counters and, per pod in ``reporting``, its gauges."""
@@ -71,6 +74,8 @@ class Prom:
             t, sum(st.ttft), st.success, st.inference_sum, sum(st.inference), list(st.ttft), list(st.itl),
             list(st.prefill), svc.waiting, len(svc.held), svc.running, len(pods),
             sum(p[0] for p in pods.values()) / len(pods) if pods else None, max(sat) if sat else None, pods))
+        self.admitted.append((t, self.scrapes[-1].admitted))
+        self._admitted_t.append(t)
         while self.scrapes and self.scrapes[0].t < t - self.keep:
             self.scrapes.popleft()
 
@@ -123,6 +128,23 @@ class Prom:
                 else:
                     vals[name] = v
         return Signals(time=now, percentile=percentile, window_seconds=window, errors=tuple(errors), **vals)
+
+    def admission_rates(self, start: float, end: float, step: float, window: float = 60.0) -> tuple[tuple[float, float], ...]:
+        """A range query of ``sum(rate(vllm:time_to_first_token_seconds_count[1m]))`` from
+        ``start`` to ``end`` every ``step`` s (the admission rate predictive scale-up reads),
+        from every scrape kept since the start; points before the first scrape are left out."""
+        adm, times = self.admitted, self._admitted_t
+        if not adm:
+            return ()
+        out = []
+        t = start
+        while t <= end + 1e-9:
+            i = bisect.bisect_right(times, t) - 1
+            j = bisect.bisect_right(times, t - window) - 1
+            if i >= 0 and j >= 0 and times[i] > times[j]:
+                out.append((t, (adm[i][1] - adm[j][1]) / (times[i] - times[j])))
+            t += step
+        return tuple(out)
 
     def pod_peaks(self, now: float, window: float) -> dict[str, tuple[float, int]]:
         """Per pod of the latest scrape: ``max_over_time`` of KV usage and of waiting over ``window``."""

@@ -62,7 +62,8 @@ def replay(scaler, arrivals: list[Request], end: float, start_replicas: int, dra
     Args:
         scaler: ``name``, optional ``gateway`` (see the module) and ``tick(now, current, view)
             -> int | (int, int) | None``: the replicas asked for, optionally with a standby
-            count (``view`` is this replay: ``view.prom``, ``view.ready()``, ``view.pending()``).
+            count (``view`` is this replay: ``view.prom``, ``view.ready()``, ``view.pending()``,
+            ``view.model``, ``view.starts``).
         arrivals: Requests sorted by arrival, s.
         end: Where the replay stops, s.
         start_replicas: Replicas Ready at time 0 (a warm start).

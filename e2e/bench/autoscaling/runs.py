@@ -25,7 +25,7 @@ from e2e.bench.autoscaling.replay import Result, replay
 from e2e.bench.autoscaling.report import static_reference, table, targets
 from e2e.bench.autoscaling.scalers import SLO, Bounds
 from e2e.bench.autoscaling.starts import StartTimes
-from e2e.bench.autoscaling.sweep import Swept, families, sweep
+from e2e.bench.autoscaling.sweep import KUBEFORGE_ROWS, Swept, families, sweep
 
 __all__ = ["RunOptions", "RunOutcome", "run", "warm_replicas"]
 
@@ -45,6 +45,7 @@ class RunOptions:
         reference: Compute the cheapest static count.
         results_dir: Where the PNGs go (None: no figure).
         jobs: Processes the families are swept in (forked; 1: in this process).
+        rows: kubeforge's built-in rows beside its plain SLO row (predictive, standby).
     """
 
     slo: SLO = field(default_factory=SLO)
@@ -57,6 +58,7 @@ class RunOptions:
     reference: bool = True
     results_dir: Path | None = None
     jobs: int = 1
+    rows: tuple = KUBEFORGE_ROWS
 
 
 @dataclass
@@ -112,8 +114,20 @@ def _sweep_job(k: int) -> tuple[dict, dict, tuple, tuple | None]:
     return s.points, s.attained, key, s.best_key
 
 
-def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, opts: RunOptions) -> RunOutcome:
-    """One run (see the module); prints its tables and targets, draws its figure."""
+def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, opts: RunOptions,
+        past: tuple = ()) -> RunOutcome:
+    """One run (see the module); prints its tables and targets, draws its figure.
+
+    Args:
+        name: The run's name (``trace``, ``step``, ``day``): the figure's file.
+        title: Its title, printed.
+        arrivals: Its requests, sorted.
+        end: Its end, s.
+        b: Its bounds.
+        opts: What every run shares.
+        past: The admission rate of the day before (``((t, requests/s), ...)``, ``t < 0``), for
+            predictive rows' seasonal forecast; empty where the run has no yesterday.
+    """
     print(f"\n== {name.upper()}: {title} ==")
     t0, w0, ttft = _cpu(), time.perf_counter(), opts.slo.ttft
     curves = MissCurves(arrivals, end, MODEL, ttft, b.min_replicas, b.max_replicas)
@@ -126,7 +140,7 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
 
     static = _static(arrivals, end, b, opts, curves) if opts.reference else None
     global _JOB
-    _JOB = (families(b, opts.slo, opts.overrides, opts.extra), b, arrivals, end, warm, opts,
+    _JOB = (families(b, opts.slo, opts.overrides, opts.extra, past, opts.rows), b, arrivals, end, warm, opts,
             (static[0], static[1].replica_seconds) if static else (None, None))
     n = len(_JOB[0])
     if opts.jobs > 1 and n > 1:

@@ -19,13 +19,17 @@ count comes back from ``tick`` as ``(replicas, standby)`` once ``decide``'s resu
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, replace
 
 from kubeforge.api import InferenceServiceSpec
-from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, decide
+from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, DemandHistory, decide
 
 from e2e.bench.autoscaling.baselines import Hpa, KedaHpa, LlmdSaturation
 from e2e.bench.autoscaling.dynamo import DynamoLoad
+
+DAY = 86400.0
 
 __all__ = ["Bounds", "DynamoLoad", "Hpa", "KedaHpa", "KubeforgeQueue", "KubeforgeSLO", "LlmdSaturation",
            "SLO", "kubeforge_policy", "standby_of"]
@@ -58,12 +62,21 @@ class SLO:
     window: int = 60
 
 
-def kubeforge_policy(b: Bounds, slo: SLO | None = None, overrides: dict | None = None) -> tuple[AutoscalingPolicy, float]:
+def kubeforge_policy(b: Bounds, slo: SLO | None = None, overrides: dict | None = None,
+                     spec: dict | None = None) -> tuple[AutoscalingPolicy, float]:
     """The policy kubeforge runs for an InferenceService that sets only ``b`` (and ``slo``).
+
+    Args:
+        b: Bounds (``minReplicas``, ``maxReplicas``, ``targetPerReplica``).
+        slo: The SLO (``spec.autoscaling.slo``), or None for queue-depth mode.
+        overrides: ``AutoscalingPolicy`` fields replaced after ``from_spec`` (``--policy``).
+        spec: More InferenceService spec fields, camelCase as a user writes them
+            (``{"standby": {"replicas": 1}, "autoscaling": {"predictive": {"mode": "Seasonal"}}}``),
+            merged before validation, so their defaults are the API's.
 
     Returns:
         ``(policy, polling interval s)`` from the API defaults of every other field
-        (``AutoscalingPolicy.from_spec``), then ``overrides`` (``--policy``).
+        (``AutoscalingPolicy.from_spec``), then ``overrides``.
     """
     auto: dict = {"targetPerReplica": b.target}
     if slo is not None:
@@ -71,9 +84,11 @@ def kubeforge_policy(b: Bounds, slo: SLO | None = None, overrides: dict | None =
         if slo.itl is not None:
             s["interTokenLatencySeconds"] = slo.itl
         auto = {"slo": s}
+    extra = dict(spec or {})
+    auto.update(extra.pop("autoscaling", {}))
     spec = InferenceServiceSpec.model_validate({
         "pools": ["bench"], "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}},
-        "minReplicas": b.min_replicas, "maxReplicas": b.max_replicas, "autoscaling": auto,
+        "minReplicas": b.min_replicas, "maxReplicas": b.max_replicas, "autoscaling": auto, **extra,
     })
     policy = AutoscalingPolicy.from_spec(spec)
     if overrides:
@@ -104,14 +119,22 @@ class KubeforgeSLO:
             default ``slo.ttft``. Below ``slo.ttft`` it is headroom: the equal-attainment
             sweep's knob.
         name: The row's name (default from the SLO).
+        spec: More spec fields (``standby``, ``autoscaling.predictive``), see :func:`kubeforge_policy`.
+        past: The admission rate a day before the run, ``((t, requests/s), ...)`` with ``t``
+            in ``[-1 day, 0)``: yesterday's history for ``predictive.mode: Seasonal``.
+
+    With ``predictive`` on, each decision gets the service's history as the runtime reads it
+    (the admission rate over the trend window from the scrapes, yesterday's from ``past``) and
+    the lead time the operator would have measured: the run's longest start.
     """
 
     drain = True
 
     def __init__(self, b: Bounds, slo: SLO, overrides: dict | None = None, sizing: float | None = None,
-                 name: str | None = None):
+                 name: str | None = None, spec: dict | None = None, past: tuple = ()):
         sized = replace(slo, ttft=sizing) if sizing is not None else slo
-        self.policy, self.interval = kubeforge_policy(b, sized, overrides)
+        self.policy, self.interval = kubeforge_policy(b, sized, overrides, spec)
+        self.past, self._past_t = past, [t for t, _ in past]
         self.slo = sized
         self.name = name or f"kubeforge SLO (TTFT p{slo.percentile} <= {slo.ttft:g}s)"
         self.knob = f"sizes for p{slo.percentile} <= {sized.ttft:g}s"
@@ -123,12 +146,29 @@ class KubeforgeSLO:
         if now < self.next:
             return None
         self.next = now + self.interval
-        d = decide(self.policy, self.state, current, view.prom.signals(now, self.slo.window, self.slo.percentile), now)
+        signals = view.prom.signals(now, self.slo.window, self.slo.percentile)
+        pp = self.policy.predictive
+        if pp is None:
+            d = decide(self.policy, self.state, current, signals, now)
+        else:
+            lead = view.starts.longest()
+            d = decide(self.policy, self.state, current, signals, now, history=self._history(view, now, pp, lead),
+                       lead_seconds=lead)
         self.state, self.last = d.state, d
         sizing = getattr(d, "sizing", None)
         if sizing is not None and sizing.concurrency:
             self.concurrency.append(sizing.concurrency)
         return _with_standby(d, d.desired)
+
+    def _history(self, view, now: float, pp, lead: float) -> DemandHistory:
+        """What the runtime's range queries return (``history_ranges``): the trend window's
+        admission rate, and yesterday's over the window and the lead (from ``past``)."""
+        window = pp.trend_window_seconds
+        step = max(15.0, math.ceil((window + lead) / 240))  # the runtime's history_step
+        lo = bisect.bisect_left(self._past_t, now - DAY - window)
+        hi = bisect.bisect_right(self._past_t, now - DAY + lead)
+        day = tuple(self.past[lo:hi])
+        return DemandHistory(recent=view.prom.admission_rates(now - window, now, step), day=day)
 
     def diagnostics(self) -> dict[str, float]:
         """What the replay keeps beside the figures: the per-replica concurrency the queue model

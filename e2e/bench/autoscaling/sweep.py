@@ -22,7 +22,7 @@ from e2e.bench.autoscaling.dynamo import DYNAMO_KNOBS, DynamoLoad
 from e2e.bench.autoscaling.result import Result
 from e2e.bench.autoscaling.scalers import SLO, Bounds, KubeforgeQueue, KubeforgeSLO
 
-__all__ = ["Family", "Swept", "families", "sweep"]
+__all__ = ["KUBEFORGE_ROWS", "Family", "Swept", "families", "sweep"]
 
 Runner = Callable[[Any, int], Result]
 """``runner(scaler, min_replicas) -> Result``: one replay of the run (warm start at least the floor)."""
@@ -75,25 +75,50 @@ class Swept:
         return self.points[key]
 
 
+#: kubeforge's rows beside its plain SLO row: issue 28's predictive scale-up and warm standby,
+#: as a user writes them (``spec`` fields, API defaults for the rest): ``(key, name, spec)``.
+#: A Seasonal row runs only where the run has a yesterday (``past``): without one it forecasts
+#: by the trend, and would repeat the Trend row.
+KUBEFORGE_ROWS = (
+    ("kubeforge-trend", "+ predictive (Trend)", {"autoscaling": {"predictive": {"mode": "Trend"}}}),
+    ("kubeforge-seasonal", "+ predictive (Seasonal)", {"autoscaling": {"predictive": {"mode": "Seasonal"}}}),
+    ("kubeforge-standby", "+ standby 1", {"standby": {"replicas": 1}}),
+)
+
+
+def _seasonal(spec: dict) -> bool:
+    return spec.get("autoscaling", {}).get("predictive", {}).get("mode") == "Seasonal"
+
+
 def families(b: Bounds, slo: SLO, overrides: dict | None = None,
-             extra: list[tuple[str, dict]] | None = None) -> list[Family]:
+             extra: list[tuple[str, dict]] | None = None, past: tuple = (),
+             rows: tuple = KUBEFORGE_ROWS) -> list[Family]:
     """Every autoscaler of a run with its knob, kubeforge SLO first.
 
     Args:
         b: Bounds of the run.
         slo: The run's SLO.
-        overrides: ``--policy`` fields for kubeforge's main SLO row.
+        overrides: ``--policy`` fields for kubeforge's rows.
         extra: ``(name, policy fields)`` per extra kubeforge row (``--kubeforge-row``).
+        past: Yesterday's admission rate, for the predictive rows (see :class:`KubeforgeSLO`).
+        rows: kubeforge's built-in rows beside the plain one (:data:`KUBEFORGE_ROWS`); the
+            Seasonal ones only with a ``past``.
     """
     t = slo.ttft
     sizing = tuple(round(t * f, 3) for f in (1.5, 1.0, 0.75, 0.5, 0.35, 0.25, 0.15, 0.1))
     queue = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.1)
-    out = [Family("kubeforge-slo", f"slo.timeToFirstTokenSeconds the policy sizes for (p{slo.percentile})", sizing, 1,
-                  lambda v, bb: KubeforgeSLO(bb, slo, overrides, sizing=v), kubeforge=True)]
+    knob = f"slo.timeToFirstTokenSeconds the policy sizes for (p{slo.percentile})"
+    base = "kubeforge SLO"
+    out = [Family("kubeforge-slo", knob, sizing, 1, lambda v, bb: KubeforgeSLO(bb, slo, overrides, sizing=v, past=past),
+                  kubeforge=True)]
+    for key, label, spec in (r for r in rows if past or not _seasonal(r[2])):
+        out.append(Family(key, knob, sizing, 1,
+                          lambda v, bb, sp=spec, n=f"{base} {label}": KubeforgeSLO(bb, slo, overrides, sizing=v, name=n,
+                                                                                 spec=sp, past=past), kubeforge=True))
     for name, fields_ in extra or []:
-        out.append(Family(f"kubeforge:{name}", "slo.timeToFirstTokenSeconds the policy sizes for", sizing, 1,
+        out.append(Family(f"kubeforge:{name}", knob, sizing, 1,
                           lambda v, bb, f=fields_, n=name: KubeforgeSLO(bb, slo, {**(overrides or {}), **f}, sizing=v,
-                                                                           name=n), kubeforge=True))
+                                                                           name=n, past=past), kubeforge=True))
     out += [
         Family("kubeforge-queue", "targetPerReplica (waiting requests)", queue, queue.index(b.target) if b.target in queue else 1,
                lambda v, bb: KubeforgeQueue(bb, target=v)),
