@@ -5,16 +5,17 @@ scale-down drains, kubeforge only), optionally ``gateway`` (its router, see
 :mod:`~e2e.bench.autoscaling.replay`) and ``tick(now, current, view) -> int | (int, int) |
 None`` (``view``: the replay, with ``view.prom``, ``view.ready()``, ``view.pending()``). What
 each reads and how often is what its documentation or code says; the sources are cited on each
-class. kubeforge's two rows are here; the baselines in :mod:`~e2e.bench.autoscaling.baselines`
+class. kubeforge's rows are here; the baselines in :mod:`~e2e.bench.autoscaling.baselines`
 (KEDA + HPA, llm-d) and :mod:`~e2e.bench.autoscaling.dynamo`.
 
-**The seam for kubeforge's next rows** (issue 28, items 2-3: a start-time lead, predictive
-scale-up, warm standby): a row is :class:`KubeforgeSLO` with ``overrides``, a dict of
-:class:`kubeforge.autoscaling.AutoscalingPolicy` fields applied after the API defaults
+**kubeforge's rows** are :class:`KubeforgeSLO` (and :class:`KubeforgeQueue`): ``spec`` adds
+InferenceService fields as a user writes them (issue 28's ``standby.replicas``,
+``autoscaling.predictive``; the built-in rows are ``sweep.KUBEFORGE_ROWS``), ``overrides`` a
+dict of :class:`kubeforge.autoscaling.AutoscalingPolicy` fields applied after the API defaults
 (``--policy FIELD=VALUE`` for the main row, ``--kubeforge-row 'NAME:FIELD=VALUE,...'`` for an
-extra one). When the policy gains those fields, such a row needs no bench change; a standby
-count comes back from ``tick`` as ``(replicas, standby)`` once ``decide``'s result carries one
-(:func:`standby_of` reads it when it exists).
+extra one). A standby count comes back from ``tick`` as ``(replicas, standby)``
+(:func:`standby_of` reads ``Decision.standby``); a predictive row gets the admission rate's
+history and the run's longest start as its lead time.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def kubeforge_policy(b: Bounds, slo: SLO | None = None, overrides: dict | None =
 
 
 def standby_of(decision) -> int | None:
-    """The standby count a decision asks for, when ``decide`` carries one (not yet: None)."""
+    """The standby count a decision asks for (``Decision.standby``), None when it carries none."""
     value = getattr(decision, "standby", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -20,7 +20,7 @@ initialized), **cached** (a node that ran this model before keeps what a restart
   ``engine.wake_up()`` at 2.67 s for 61.68 GiB; vLLM's blog "Zero-Reload Model Switching with
   vLLM Sleep Mode" (blog.vllm.ai, 2025-10-26) reports level-1 wakes from a fraction of a second
   (0.6B) to a few seconds (235B). Used by standby replicas (``tick`` returning ``(replicas,
-  standby)``; no row has them until kubeforge's ``spec.standby`` exists).
+  standby)``: kubeforge's ``spec.standby`` row).
 
 The default (``--start-cache none``): every start is cold, the issue's "5 min cold / 3 s wake".
 """
