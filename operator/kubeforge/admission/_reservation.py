@@ -88,13 +88,13 @@ def expected_end(job: JobView, now: float, grace: float) -> float | None:
     not written yet starts ``now``). An end more than ``grace`` seconds past is no longer believed
     (None): the job outlived it."""
     spec, pl = job.record.spec, job.placement
-    if spec is None or pl is None:
-        return None
+    progress = job.status.get("progress") or {}
+    if spec is None or pl is None or (spec.max_run_seconds is None and not progress.get("eta")):
+        return None  # nothing known (checked first: a round asks this of every running job)
     written = job.status.get("placement") or {}
     start = status_time(written, "admittedAt") if written else now
     start = now if start is None else start
     ends = []
-    progress = job.status.get("progress") or {}
     eta, reported = status_time(progress, "eta"), status_time(progress, "lastReportTime")
     if eta is not None and (reported is None or reported >= start):
         ends.append(eta)
