@@ -33,6 +33,8 @@ import os
 import sys
 import time
 
+from kubeforge.api import PoolPreemption
+
 from e2e.bench.lib.cluster import apply_crds, apply_fleet, open_api
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import logger, poll
@@ -103,7 +105,7 @@ def run(system, args, nodes: dict) -> dict:
             g = pending.pop(0)
             running = {k: s for k, s in prev.items() if s.admitted}
             ckpts = {k: start_or_ckpt(k, s, now) for k, s in running.items()}
-            pred = predict(system, nodes, running, everyone, ckpts, g, now)
+            pred = predict(system, nodes, running, everyone, ckpts, g, now, system.preemption)
             ages = {k: (now - ckpts[k], now - s.checkpoint_at if s.checkpoint_at else None) for k, s in running.items()}
             system.submit(g)
             current = {"gang": g, "t": now, "admitted": None, "bound": None, "victims": [], "predicted": pred,
@@ -174,6 +176,13 @@ def report(name: str, res: dict, scale: float) -> None:
     print("  (a victim 'by' another gang than the arrival was preempted by an earlier victim that came back: a cascade)")
 
 
+def scaled_preemption(minutes_per_second: float) -> dict:
+    """The pool's ``spec.preemption`` for the compressed scenario: the API's defaults, with
+    ``minRuntimeSeconds`` in live seconds (one live second is ``minutes_per_second`` minutes)."""
+    d = PoolPreemption()
+    return {"minRuntimeSeconds": int(round(d.min_runtime_seconds / 60 / minutes_per_second))}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the scenario on each system, then print both; returns 0."""
     ap = argparse.ArgumentParser(prog="python -m e2e.bench.preemption_live", description=__doc__.split("\n\n")[0])
@@ -207,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         nodes = apply_fleet(c, api, fleet)
         apply_crds(c, ROOT / "crds")
         for s in systems:
-            system = (KubeforgeSystem if s == "kubeforge" else KueueSystem)(c, f"pre-{s}", fleet.name, 64)
+            system = (KubeforgeSystem if s == "kubeforge" else KueueSystem)(c, f"pre-{s}", fleet.name, 64,
+                                                                             scaled_preemption(args.minutes_per_second))
             t = time.monotonic()
             try:
                 results[s] = run(system, args, nodes)

@@ -23,7 +23,7 @@ GPU = "nvidia.com/gpu"
 
 
 def predict(system, node_manifests: list[dict], running: dict, gangs: dict, last_ckpt: dict, preemptor,
-            now: float) -> dict:
+            now: float, preemption: dict | None = None) -> dict:
     """Victims the pure core chooses for ``preemptor`` on ``system``'s running set.
 
     Args:
@@ -34,6 +34,8 @@ def predict(system, node_manifests: list[dict], running: dict, gangs: dict, last
         last_ckpt: gang name -> unix time of its last checkpoint.
         preemptor: the arriving Gang.
         now: unix seconds of the arrival.
+        preemption: the live pool's ``spec.preemption`` (None: withinQuota LowerPriority, reclaimQuota
+            Any, the rest at the API's defaults).
 
     Returns:
         ``{"kubeforge": [...], "kueue-like": [...], "gangs": n, "gpus": g}``: victim names,
@@ -47,7 +49,7 @@ def predict(system, node_manifests: list[dict], running: dict, gangs: dict, last
     pool = record_from_k8s(GPUPoolSpec, {
         "metadata": {"name": system.prefix, "uid": "pool", "generation": 1},
         "spec": {"quotas": [{"name": t, "namespaces": [system.ns(t)], "nominalGPUs": system.nominal} for t in system.teams],
-                 "preemption": {"withinQuota": "LowerPriority", "reclaimQuota": "Any"}}})
+                 "preemption": preemption or {"withinQuota": "LowerPriority", "reclaimQuota": "Any"}}})
 
     def record(g, created: float, status: dict):
         body = {"metadata": {"name": g.name, "namespace": system.ns(g.team), "uid": f"{system.prefix}-{g.name}", "generation": 1,

@@ -9,7 +9,8 @@ namespace), ``checkpoint(gang, step, t)`` when the gang's workload reports a che
 ``Preempted``), so a victim that is preempted and admitted again between two polls still counts.
 
 - :class:`KubeforgeSystem`: one GPUPool with two quotas (``nominalGPUs`` each, borrowing
-  unlimited, preemption ``withinQuota: LowerPriority``, ``reclaimQuota: Any``, the defaults);
+  unlimited, preemption ``withinQuota: LowerPriority``, ``reclaimQuota: Any``, the defaults,
+  with ``minRuntimeSeconds`` scaled by the scenario's time compression);
   TrainingJobs with ``spec.priority``; a checkpoint is reported in
   ``status.lastCheckpoint`` (step, path, time), what the operator records from a worker's
   termination message, written here through the status subresource since the sim runs no
@@ -84,9 +85,10 @@ def _cond(obj: dict, type_: str) -> dict:
 
 
 class _Base:
-    def __init__(self, c, prefix: str, fleet_name: str, nominal: int) -> None:
+    def __init__(self, c, prefix: str, fleet_name: str, nominal: int, preemption: dict | None = None) -> None:
         self.c, self.prefix, self.fleet, self.nominal = c, prefix, fleet_name, nominal
         self.teams = ("research", "product")
+        self.preemption = {"withinQuota": "LowerPriority", "reclaimQuota": "Any", **(preemption or {})}
 
     def ns(self, team: str) -> str:
         """The team's namespace."""
@@ -131,7 +133,7 @@ class KubeforgeSystem(_Base):
                      "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/sim-fleet": self.fleet}},
                               "quotas": [{"name": t, "namespaces": [self.ns(t)], "nominalGPUs": self.nominal}
                                          for t in self.teams],
-                              "preemption": {"withinQuota": "LowerPriority", "reclaimQuota": "Any"}}})
+                              "preemption": self.preemption}})
         start_operator(self.c)
 
     def submit(self, g: Gang) -> None:
