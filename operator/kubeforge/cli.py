@@ -197,6 +197,32 @@ def activator_cmd(address: str, port: int, metrics_address: str, metrics_port: i
                       kubeconfig=kubeconfig, shutdown_grace=shutdown_grace))
 
 
+@main.command("cache-agent")
+@click.option("--node", envvar="NODE_NAME", required=True,
+              help="The node this agent runs on: its ModelCacheNode's name (default: $NODE_NAME).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A kubeconfig file. Default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config.")
+@click.option("--identity", envvar="POD_NAME", default=None, help="What status.agent says (default: $POD_NAME).")
+@click.option("--hf-endpoint", envvar="HF_ENDPOINT", default=None, metavar="URL",
+              help="The Hugging Face Hub endpoint for hf:// models (default: $HF_ENDPOINT, else the Hub).")
+@click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between passes over the node's ModelCacheNode spec.")
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def cache_agent_cmd(node: str, kubeconfig: str | None, identity: str | None, hf_endpoint: str | None,
+                    interval: float, once: bool, verbose: bool) -> None:
+    """Run the node's model cache agent: fetch the models its ModelCacheNode asks for, once per
+    node, into the pool's hostPath, and report each copy's state (see docs/serving.md)."""
+    from kubeforge.cacheagent import serve as serve_cache_agent
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("kubernetes", "urllib3", "httpx", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    serve_cache_agent(node, kubeconfig=kubeconfig, identity=identity or node, hf_endpoint=hf_endpoint,
+                      interval=interval, once=once)
+
+
 @main.group()
 def sim() -> None:
     """The local GPU cluster: a real control plane with kwok-simulated GPU nodes."""
