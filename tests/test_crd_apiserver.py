@@ -216,7 +216,7 @@ def test_valid_training_job_is_accepted_and_defaulted(cluster: Any, namespace: s
     assert spec["priority"] == 0
     assert spec["suspend"] is False
     assert spec["topology"] == {"mode": "Preferred"}
-    assert spec["checkpoint"] == {"size": "10Gi", "accessModes": ["ReadWriteMany"],
+    assert spec["checkpoint"] == {"mode": "ClaimPerJob", "size": "10Gi", "accessModes": ["ReadWriteMany"],
                                   "mountPath": "/checkpoints", "deletionPolicy": "Retain"}
     assert spec["failurePolicy"] == {"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600,
                                      "preemptionsBeforeFallback": 2, "maxPreemptions": 100, "maxStartupRetries": 5}
@@ -312,5 +312,5 @@ def test_status_written_from_the_model_is_accepted(cluster: Any, namespace: str)
     assert job.status.start_time == now
     # The printer columns read the status.
     table = cluster.kubectl("get", "-n", namespace, "tj", "status").stdout
-    assert table.split()[:9] == ["NAME", "PHASE", "POOL", "DOMAIN", "REPLICAS", "GPUS/REPLICA",
-                                 "PREEMPTIONS", "FAILURES", "AGE"]
+    assert table.split()[:11] == ["NAME", "PHASE", "POOL", "DOMAIN", "REPLICAS", "GPUS/REPLICA",
+                                  "PROGRESS", "ETA", "PREEMPTIONS", "FAILURES", "AGE"]

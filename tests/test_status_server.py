@@ -322,3 +322,12 @@ def test_first_writes_are_paced_by_the_write_budget():
         again = srv._schedule(("ns", "j7"), {}, now)  # the same job reporting again keeps its slot
         assert again == pytest.approx(1.75) and len(rt.jobs.after) == 8
     run(go())
+
+
+def test_every_answer_code_has_a_series_from_the_start() -> None:
+    """The dashboard's "progress reports by answer" panel has data before the first report:
+    metrics.serve starts a series at 0 for each code the endpoint answers."""
+    from kubeforge import metrics
+    from kubeforge.runtime import status_server
+
+    assert set(status_server.REASONS) | {200} == set(metrics.STATUS_REPORT_CODES)

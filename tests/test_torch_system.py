@@ -55,8 +55,19 @@ def start_gang(cluster, namespace, job, attempt, tmp_path, ck_dir):
     assert workers[0].env["PET_MASTER_ADDR"] == "127.0.0.1" and workers[1].env["PET_NODE_RANK"] == "1"
     assert workers[0].env["KUBEFORGE_CHECKPOINT_DIR"] == str(ck_dir)
     assert workers[0].env["KUBEFORGE_STATUS_TOKEN"].startswith(str(workers[0].root))
-    if not port_free(int(workers[0].env["PET_MASTER_PORT"])):
-        pytest.skip(f"port {workers[0].env['PET_MASTER_PORT']} (the builder's MASTER_PORT) is taken on this machine")
+    port = int(workers[0].env["PET_MASTER_PORT"])
+    if not port_free(port):
+        # In a pod the port is the pod's own; on this shared machine another process may hold it.
+        # Rather than skip (the run would prove nothing), both ranks move to one free port.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        print(f"\n[torch] port {workers[0].env['PET_MASTER_PORT']} (the builder's MASTER_PORT) is taken here: "
+              f"the ranks rendezvous on {port}")
+        for w in workers:
+            for key in ("PET_MASTER_PORT", "MASTER_PORT"):
+                if key in w.env:
+                    w.env[key] = str(port)
     argv = [DEBIAN_PYTHON, *TORCHRUN, str(SCRIPT), "--steps", str(STEPS), "--checkpoint-every", str(EVERY),
             "--report-every", "0.5", "--step-sleep", "0.1"]
     for w in workers:

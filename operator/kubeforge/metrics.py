@@ -37,6 +37,8 @@ PREEMPTION_LOST_GPU_HOURS = Counter(
 STARTUP_FAILURES = Counter("kubeforge_startup_failures_total", "Gangs stopped because they failed to start, by reason.", ["reason"])
 STATUS_REPORTS = Counter("kubeforge_status_reports_total",
                          "Workers' progress reports to the status endpoint, by HTTP status code of the answer.", ["code"])
+STATUS_REPORT_CODES = (200, 400, 401, 403, 404, 413, 422, 429, 503)
+"""Every code the status endpoint answers (runtime/status_server.py), started at 0 by :func:`serve`."""
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
@@ -53,5 +55,7 @@ def serve(port: int, addr: str = "0.0.0.0") -> None:
         PREEMPTIONS.labels(reason=reason)
     for reason in STARTUP_FAILURE_REASONS:
         STARTUP_FAILURES.labels(reason=reason)
+    for code in STATUS_REPORT_CODES:
+        STATUS_REPORTS.labels(code=str(code))
     LEADER.set(0)
     start_http_server(port, addr=addr)
