@@ -38,7 +38,7 @@ HTTP_REQUESTS = 8
 """Requests of the burst sent as real HTTP through the activator while the service is at zero."""
 MODEL = ServiceModel(slots=64, base_seconds=0.05, prefill_tokens_per_second=8000.0,
                      seconds_per_output_token=0.05, itl_growth=0.05, kv_cache_tokens=32000)
-"""One replica, as the autoscaling benchmark assumes it (``e2e/_bench_arrivals.MODEL``): prefill at
+"""One replica, as the autoscaling benchmark assumes it (``e2e.bench.autoscaling.MODEL``): prefill at
 8,000 tokens/s, 50 ms per output token, a 32,000-token KV cache: about 6 requests/s of the trace."""
 
 

@@ -116,8 +116,8 @@ def preflight(res: DemoResult) -> bool:
         res.problems.append(str(e))
         return False
     if not AZURE_CODE_TRACE.exists():
-        res.problems.append(f"the burst replays {AZURE_CODE_TRACE}, which is missing (the shared data folder "
-                            "beside the checkout)")
+        res.problems.append(f"the burst replays {AZURE_CODE_TRACE}, which is missing (it ships in "
+                            "kubeforge/data/traces: reinstall the package, pip install -e .)")
         say(res.problems[-1])
         return False
     return True

@@ -1,7 +1,7 @@
 """Pure: read the operator's EndpointSlices (``discovery.k8s.io/v1``, JSON form) into what the
 activator needs: the service, the mode, the ready addresses and port, the hold policy.
 
-The contract (see :mod:`kubeforge.api._activation`): one slice ``kubeforge-<service>`` per
+The contract (see :class:`kubeforge.api.Activation`): one slice ``kubeforge-<service>`` per
 InferenceService, labelled ``kubeforge.io/inference-service: <service>`` and
 ``kubeforge.io/endpoints: replicas | activator``; port ``http``; while ``activator`` it carries
 ``kubeforge.io/activation-hold-seconds`` and ``kubeforge.io/activation-queue-limit``.

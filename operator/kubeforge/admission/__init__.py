@@ -14,7 +14,8 @@ from kubeforge.admission._plan import (
     first_pool_index, gang_request, plan_admission, queued_since,
 )
 from kubeforge.admission._ordering import (
-    WorkLost, entry_order, queue_order, scale_down_order, service_order, victim_order,
+    WorkLost, entry_order, queue_order, scale_down_order, service_order, standby_removal_order, victim_order,
+    wake_order,
 )
 from kubeforge.admission._pools import PoolView, groups_that_fit, placeable, pool_members, pool_view
 from kubeforge.admission._request import (
@@ -36,7 +37,8 @@ from kubeforge.admission._snapshot import (
 )
 
 __all__ = [
-    "groups_that_fit", "entry_order", "queue_order", "scale_down_order", "service_order", "victim_order",
+    "groups_that_fit", "entry_order", "queue_order", "scale_down_order", "service_order", "standby_removal_order",
+    "victim_order", "wake_order",
     "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",

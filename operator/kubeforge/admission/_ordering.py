@@ -1,7 +1,7 @@
 """The orders admission works in, one named function each, as Kueue keeps its own in one place
 (``pkg/scheduler/scheduler.go`` ``entryOrdering``, ``pkg/scheduler/preemption``
-``candidatesOrdering``): the queue, the services, the victims of a preemption and the groups a
-scale-down removes.
+``candidatesOrdering``): the queue, the services, the victims of a preemption, the groups a
+scale-down removes, the standby replicas removed beyond their count and the ones woken first.
 
 Pure: each takes what it orders and returns a new list; nothing is changed in place.
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from kubeforge.admission._snapshot import JobView
-from kubeforge.api import GroupPhase
+from kubeforge.api import GroupPhase, StandbyState
 from kubeforge.objects import GroupRecord, InferenceServiceRecord
 from kubeforge.placement import PendingGang
 
 S = TypeVar("S", bound=InferenceServiceRecord)
 _FAILED, _READY = GroupPhase.FAILED.value, GroupPhase.READY.value
+_ASLEEP = StandbyState.ASLEEP.value
 
 
 def queue_order(queue: Sequence[PendingGang]) -> list[PendingGang]:
@@ -89,4 +90,30 @@ def scale_down_order(groups: Iterable[GroupRecord], load: Mapping[int, float]) -
         if g.phase != _READY:
             return 3, 0.0, -g.index
         return 4, load.get(g.index, float("inf")), -g.index
+    return sorted(groups, key=rank)
+
+
+def standby_removal_order(groups: Iterable[GroupRecord]) -> list[GroupRecord]:
+    """The order standby groups beyond ``spec.standby.replicas`` are deleted in (they serve
+    nothing, so nothing drains): the least invested first, as the ReplicaSet controller's ranks
+    go: groups not placed, then placed but not Ready, then Ready ones still on their way to
+    sleep, then asleep ones; the highest index first within each.
+
+    Args:
+        groups: The service's standby groups.
+    """
+    return sorted(groups, key=lambda g: (bool(g.nodes), g.phase == _READY, g.standby == _ASLEEP, -g.index))
+
+
+def wake_order(groups: Iterable[GroupRecord]) -> list[GroupRecord]:
+    """The order standby groups are promoted in when fewer serve than desired, the quickest to
+    serve first: Ready and asleep (a vLLM wake, seconds), longest asleep first; then Ready ones
+    not yet asleep; then starting ones (they serve once Ready). Ties: the lowest index.
+
+    Args:
+        groups: The service's standby groups that hold nodes and have not failed.
+    """
+    def rank(g: GroupRecord) -> tuple[int, float, int]:
+        tier = 0 if g.standby == _ASLEEP and g.phase == _READY else 1 if g.phase == _READY else 2
+        return tier, g.standby_since or 0.0, g.index
     return sorted(groups, key=rank)

@@ -23,7 +23,7 @@ __all__ = ["AutoscalingPolicy", "PANIC_THRESHOLD", "SLOPolicy"]
 #: backlog, routine in bursty LLM traffic: with 2.0 the jump fired on most bursts of the Azure
 #: LLM inference trace and the replicas it added were then held for the whole 300 s
 #: scale-down window, costing more replica-minutes than KEDA + HPA defaults on 13 of the 15
-#: shapes of ``e2e/bench_autoscaling.py --sweep`` (up to 18% more). Of the values measured
+#: shapes of ``python -m e2e.bench.autoscaling --sweep`` (up to 18% more). Of the values measured
 #: there (``--policy panic_threshold=...``: 0, 2, 4, 6, 8, 12), 8.0 is the lowest that stays at
 #: or below KEDA + HPA's replica-minutes and reversals on all 15, while still lifting the
 #: 1-per-10 s pacing for a service far behind a sustained surge (the sweep's 8x and 20x load

@@ -27,7 +27,7 @@ Our own labels, not LWS's: LWS's pod webhook acts on pods that carry its labels.
 The Service ``<service>`` has no selector: the operator writes its endpoints (one EndpointSlice,
 ``kubeforge-<service>``): the Ready leaders that are not draining, or, while there is none, the
 kubeforge activator's pods, which hold requests until a replica is Ready (see
-:mod:`kubeforge.api._activation`). A draining replica leaves the slice before it is deleted.
+:class:`kubeforge.api.Activation`). A draining replica leaves the slice before it is deleted.
 """
 
 from __future__ import annotations

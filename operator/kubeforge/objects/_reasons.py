@@ -1,8 +1,8 @@
 """kubeforge's status vocabulary, one constant each (JobSet's ``pkg/constants/constants.go``):
 the phases of a TrainingJob, the condition types of TrainingJobs, InferenceServices and
 GPUPools, and every condition and Event reason the training, admission and serving sides
-write. (The autoscaler's and the activator's are in :mod:`kubeforge.autoscaling._reasons` and
-:mod:`kubeforge.activator._reasons`.)
+write. (The autoscaler's and the activator's are in :mod:`kubeforge.autoscaling` and
+:mod:`kubeforge.activator`.)
 
 One word, one constant: where kubeforge uses the same word in several roles (``Failed`` is a
 phase, a condition type, the reason of ``Running=False`` and a Warning Event), one constant

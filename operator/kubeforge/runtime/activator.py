@@ -2,7 +2,7 @@
 every :data:`ACTIVATOR_POLL_SECONDS` (one list call, only when ``--activator-service`` is set).
 
 A service with no ready replica gets these addresses in its EndpointSlice, so its requests are
-held by the activator until a replica is Ready (see :mod:`kubeforge.api._activation`).
+held by the activator until a replica is Ready (see :class:`kubeforge.api.Activation`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The runtime's side of DRA pools and ComputeDomains: the kinds the client may write, what a
 placed gang needs before its pods (its GPU ResourceClaimTemplate, its ComputeDomain) and releasing
 a domain (kubeforge's finalizer first, then the delete). Decisions are the core's
-(:mod:`kubeforge.lifecycle._domain`, :func:`kubeforge.admission.nvlink_request`); this only applies.
+(the ComputeDomain plan in :mod:`kubeforge.lifecycle`, :func:`kubeforge.admission.nvlink_request`);
+this only applies.
 """
 
 from __future__ import annotations

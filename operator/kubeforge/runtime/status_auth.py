@@ -72,7 +72,7 @@ class Authenticator:
         """The verified sender of a request to ``namespace``'s job.
 
         Raises:
-            AuthError: 401 / 403 (see :mod:`kubeforge.progress._tokens`), or 503 when the API
+            AuthError: 401 / 403 (see :mod:`kubeforge.progress`), or 503 when the API
                 server cannot be asked now.
             Busy: the TokenReview bound is reached (429).
         """

@@ -1,6 +1,6 @@
 """The reports accepted and not yet written: one merged :class:`~kubeforge.progress.Report` per
 job, read by the job's reconcile (``TrainingContext.report``), which folds it into the status it
-writes anyway (:mod:`kubeforge.lifecycle._reports`). The book is the only thing the status
+writes anyway (:mod:`kubeforge.lifecycle`, its fold of reports). The book is the only thing the status
 endpoint changes: no API request is made per report.
 
 It keeps the latest merge per job even after it is written (the decision knows, from

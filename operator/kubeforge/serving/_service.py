@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from kubeforge.admission import scale_down_order
+from kubeforge.admission import scale_down_order, standby_removal_order
 from kubeforge.api import DrainReason, GroupPhase
 from kubeforge.objects import (
     ADMITTED, DRAINING, NORMAL, ROLLING_OUT, STANDBY_ASLEEP, STANDBY_WOKEN, WAKING_STANDBY, GroupRecord,
@@ -63,12 +63,11 @@ class ServiceRules(GroupRules):
         down to the desired one, in :func:`~kubeforge.admission.scale_down_order`: a group
         draining for a rollout is turned into a scale-down drain (deleted once drained, not
         recreated), a Ready one starts draining, any other is deleted at once. Standby replicas
-        beyond ``spec.standby.replicas`` are deleted at once (they serve nothing), those not
-        placed or still starting first."""
+        beyond ``spec.standby.replicas`` are deleted at once (they serve nothing), in
+        :func:`~kubeforge.admission.standby_removal_order`."""
         ctx = self.ctx
         extra = [g for g in groups.values() if is_standby(g)]
-        for g in sorted(extra, key=lambda g: (bool(g.nodes), g.phase == READY, g.standby == ASLEEP, -g.index))[
-                :max(0, len(extra) - self.spec.standby.replicas)]:
+        for g in standby_removal_order(extra)[:max(0, len(extra) - self.spec.standby.replicas)]:
             self.delete_live(g)
             del groups[g.index]
         active = [g for g in groups.values() if is_serving(g)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
+from kubeforge.admission import wake_order
 from kubeforge.api import GroupPhase, StandbyState
 from kubeforge.objects import GroupRecord, InferenceServiceRecord, Pod, groups_of
 
@@ -87,23 +88,18 @@ def standby_step(g: GroupRecord, sleeping: bool | None, now: float) -> StandbySt
     return StandbyStep(replace(g, standby=PENDING, standby_since=None), sleep=True)
 
 
-def _wake_order(g: GroupRecord) -> tuple[int, float, int]:
-    """Asleep ones first (longest asleep first), then Ready Pending ones, then starting ones."""
-    rank = 0 if g.standby == ASLEEP and g.phase == READY else 1 if g.phase == READY else 2
-    return rank, g.standby_since or 0.0, g.index
-
-
 def promote(groups: dict[int, GroupRecord], desired: int, now: float) -> list[tuple[GroupRecord, GroupRecord]]:
     """Turn standby groups into serving ones while fewer serve than ``desired``, in place: a
-    Ready one is asked to wake (``Waking``), a starting one simply serves once Ready.
+    Ready one is asked to wake (``Waking``), a starting one simply serves once Ready, in
+    :func:`~kubeforge.admission.wake_order`.
 
     Returns:
         ``(before, after)`` of each group promoted, in the order taken.
     """
     need = desired - sum(1 for g in groups.values() if is_serving(g))
     out = []
-    for g in sorted((g for g in groups.values() if is_standby(g) and g.nodes and g.phase != FAILED),
-                    key=_wake_order)[:max(0, need)]:
+    candidates = (g for g in groups.values() if is_standby(g) and g.nodes and g.phase != FAILED)
+    for g in wake_order(candidates)[:max(0, need)]:
         # a wake is timed from an engine known asleep only (a Pending one may never have slept)
         after = replace(g, standby=WAKING, standby_since=now if g.standby == ASLEEP else None) \
             if g.phase == READY else replace(g, standby=None, standby_since=None)
