@@ -66,7 +66,7 @@ from e2e.bench.training.context import Run
 from e2e.bench.training.kubeforge_phase import run_kubeforge
 from e2e.bench.training.phase import Phase, run_phase, summarize
 from e2e.bench.training.report import report
-from e2e.bench.training.workload import SHARED_CLAIM, Job, form_jobs, mix, plain_pods
+from e2e.bench.training.workload import CHECKPOINT_MODES, SHARED_CLAIM, Job, form_jobs, mix, plain_pods
 
 __all__ = ["DEFAULT_CLUSTER", "main", "parse_args"]
 
@@ -109,10 +109,14 @@ def _run_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--operator-src", default=os.environ.get("KUBEFORGE_OPERATOR_SRC"),
                     help="drive the kubeforge code (operator, CRDs, sim) of this source tree instead of the working "
                          "tree, e.g. an export of a commit: git archive HEAD operator crds hack | tar -x -C DIR")
-    ap.add_argument("--claims", default="per-job", choices=["per-job", "shared"],
-                    help="per-job: each TrainingJob gets its own checkpoint PVC (the default); shared: every job "
-                         "mounts one existing PVC (checkpoint.existingClaimName), like for like with the baseline's "
-                         "plain pods, which mount none")
+    ap.add_argument("--checkpoint-mode", default=None, choices=list(CHECKPOINT_MODES),
+                    help="the TrainingJobs' checkpoint storage: " + "; ".join(f"{k}: {v}" for k, v in
+                                                                              CHECKPOINT_MODES.items())
+                         + " (default per-job). shared and object-store create no claim per job: nothing waits "
+                           "for the PV controller")
+    ap.add_argument("--claims", default=None, choices=["per-job", "shared"],
+                    help="the older spelling: per-job = --checkpoint-mode per-job; shared = --checkpoint-mode "
+                         "existing-claim (every job mounts one existing PVC whole)")
     ap.add_argument("--restart-nodes", type=int, default=4,
                     help="after the kubeforge phase (per-job claims), put the spot interruption taint on this many "
                          "nodes running gangs whose claims are Bound and measure taint -> Running again (0: skip)")
@@ -141,6 +145,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_replicas < 1 or (args.jobs is not None and args.jobs < 1):
         ap.error("--max-replicas and --jobs must be at least 1")
     check_trace(ap, args.trace)
+    if args.claims and args.checkpoint_mode:
+        ap.error("--claims is the older spelling of --checkpoint-mode: give one of them")
+    args.checkpoint_mode = args.checkpoint_mode or {"shared": "existing-claim"}.get(args.claims or "", "per-job")
+    args.claims = args.checkpoint_mode  # what the report and the restart read
     return args
 
 
@@ -160,7 +168,8 @@ def header(args, fleet, capacity: int, gpus_per_node: str, jobs: list[Job], phas
     print("mix (replicas x GPUs: jobs): " + mix(jobs))
     print(f"phases: {', '.join(phases)}; kubeforge jobs: topology {args.topology_mode}"
           + (f" at {args.topology_level}" if args.topology_mode != "None" else "")
-          + ("; checkpoint PVC per job" if args.claims == "per-job" else f"; one shared checkpoint PVC ({SHARED_CLAIM})")
+          + {"per-job": "; checkpoint PVC per job", "existing-claim": f"; one shared checkpoint PVC ({SHARED_CLAIM})"}
+          .get(args.checkpoint_mode, f"; checkpoints: {CHECKPOINT_MODES[args.checkpoint_mode]}")
           + f"; per phase: at most {args.phase_timeout:.0f}s, ends {args.settle:.0f}s after the last "
           + ("admission (kubeforge, --admission-only) / bind" if args.admission_only else "bind")
           + f"; submit with {args.submit_workers} threads; cluster {args.cluster} "

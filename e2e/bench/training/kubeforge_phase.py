@@ -20,7 +20,7 @@ from e2e.bench.training.components import WANTED, ComponentMetrics, OperatorProf
 from e2e.bench.training.context import Run
 from e2e.bench.training.phase import Phase, run_phase
 from e2e.bench.training.restart import restart_after_spot_preemption
-from e2e.bench.training.workload import SHARED_CLAIM, Job, training_job
+from e2e.bench.training.workload import OBJECT_STORE_SECRET, SHARED_CLAIM, Job, checkpoint_spec, training_job
 
 __all__ = ["run_kubeforge"]
 
@@ -42,15 +42,13 @@ def run_kubeforge(run: Run, ph: Phase, ns: str, core, custom) -> None:
         say(extra["pool_not_ready"])
     extra["operator_ready_s"] = time.monotonic() - t
     make_namespace(c, run.api, ns)
-    claim = None
-    if args.claims == "shared":  # like-for-like with the baseline: no PVC per job
-        claim = SHARED_CLAIM
-        shared_claim(c, core, ns, claim)
+    _storage(run, ns, core)
+    checkpoint = checkpoint_spec(args.checkpoint_mode)
 
     def submit(job: Job, ns=ns) -> None:
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs",
-                                               training_job(job, ns, args.topology_mode, args.topology_level, claim),
-                                               _preload_content=False)
+                                               training_job(job, ns, args.topology_mode, args.topology_level,
+                                                            checkpoint), _preload_content=False)
 
     say(f"kubeforge: creating {len(run.jobs)} TrainingJobs")
     components = ComponentMetrics({k: component_pid(c, k) for k in WANTED})
@@ -66,6 +64,20 @@ def run_kubeforge(run: Run, ph: Phase, ns: str, core, custom) -> None:
     extra["operator_alive"] = alive(pid)
     _operator_view(run, ns, core, custom)
     _start_breakdown(run, ns, core, custom)
+
+
+def _storage(run: Run, ns: str, core) -> None:
+    """What the checkpoint mode needs before the jobs: the one shared PVC, Bound (existing-claim,
+    shared: like for like with the baseline's plain pods, which mount none), or the object
+    store's Secret (made-up keys: kwok starts no container)."""
+    mode = run.args.checkpoint_mode
+    if mode in ("existing-claim", "shared"):
+        shared_claim(run.c, core, ns, SHARED_CLAIM)
+    elif mode == "object-store":
+        core.create_namespaced_secret(ns, {"apiVersion": "v1", "kind": "Secret",
+                                           "metadata": {"name": OBJECT_STORE_SECRET, "namespace": ns},
+                                           "stringData": {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}},
+                                      _preload_content=False)
 
 
 def _operator_view(run: Run, ns: str, core, custom) -> None:
@@ -102,6 +114,7 @@ def _operator_view(run: Run, ns: str, core, custom) -> None:
     extra["pods_created"] = len(pods)
     pvcs = json.loads(core.list_namespaced_persistent_volume_claim(ns, _preload_content=False).data)["items"]
     extra["pvcs"] = (len(pvcs), sum(1 for p in pvcs if (p.get("status") or {}).get("phase") == "Bound"))
+    extra["job_claims"] = sum(1 for p in pvcs if JOB_LABEL in (p["metadata"].get("labels") or {}))
 
 
 def _start_breakdown(run: Run, ns: str, core, custom) -> None:

@@ -31,6 +31,8 @@ def report(run: Run) -> None:
     if "kubeforge" in results:
         _operator_notes(extra)
         base = results.get("baseline")
+        claims_report.checkpoint_target(args.checkpoint_mode, results["kubeforge"][1], base[1] if base else None, extra,
+                                        (extra.get("components") or {}).get("kube-controller-manager"))
         claims_report.report(args.claims, extra.get("start"), extra.get("components"), extra.get("restart"),
                              (base[1]["p50"], base[1]["p95"]) if base else None, extra.get("components_baseline"))
         report_profile(extra.get("py_spy"), extra.get("operator_times"))

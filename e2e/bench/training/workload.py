@@ -17,7 +17,8 @@ from pathlib import Path
 from e2e.bench.lib.cluster import GPU, GROUP, JOB_LABEL, POOL, RANK_LABEL, VERSION
 from e2e.bench.lib.traces import gpu_tasks
 
-__all__ = ["SHARED_CLAIM", "Job", "form_jobs", "mix", "plain_pods", "training_job"]
+__all__ = ["CHECKPOINT_MODES", "OBJECT_STORE_SECRET", "SHARED_CLAIM", "Job", "checkpoint_spec", "form_jobs", "mix",
+           "plain_pods", "training_job"]
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,36 @@ def plain_pods(job: Job, ns: str) -> list[dict]:
 
 
 SHARED_CLAIM = "bench-checkpoint"
-"""The one checkpoint PVC of ``--claims shared``."""
+"""The one checkpoint PVC of ``--checkpoint-mode existing-claim`` and ``shared``."""
+OBJECT_STORE_SECRET = "bench-object-store"
+"""The credentials Secret of ``--checkpoint-mode object-store`` (made up: kwok starts no container)."""
+OBJECT_STORE_URI = "s3://kubeforge-bench/checkpoints"
+"""The bucket of ``--checkpoint-mode object-store``."""
+CHECKPOINT_MODES = {
+    "per-job": "a checkpoint PVC per job (mode ClaimPerJob, the default)",
+    "existing-claim": f"one existing PVC every job mounts whole (checkpoint.existingClaimName {SHARED_CLAIM})",
+    "shared": f"a directory per job in one shared PVC (mode SharedClaim, claim {SHARED_CLAIM}, subPath "
+              "<namespace>/<job>)",
+    "object-store": f"an object store (mode ObjectStore, {OBJECT_STORE_URI}, Secret {OBJECT_STORE_SECRET}; no volume)",
+}
+"""``--checkpoint-mode``: what each puts in the TrainingJobs' ``spec.checkpoint``."""
 
 
-def training_job(job: Job, ns: str, mode: str, level: str | None, claim: str | None = None) -> dict:
-    """The kubeforge phase's TrainingJob for ``job`` (``claim``: an existing checkpoint PVC)."""
+def checkpoint_spec(mode: str) -> dict | None:
+    """``spec.checkpoint`` of every TrainingJob in ``--checkpoint-mode mode`` (None: the default,
+    a claim per job)."""
+    if mode == "existing-claim":
+        return {"existingClaimName": SHARED_CLAIM}
+    if mode == "shared":
+        return {"mode": "SharedClaim", "sharedClaim": {"claimName": SHARED_CLAIM}}
+    if mode == "object-store":
+        return {"mode": "ObjectStore", "objectStore": {"uri": OBJECT_STORE_URI, "secretName": OBJECT_STORE_SECRET}}
+    return None
+
+
+def training_job(job: Job, ns: str, mode: str, level: str | None, checkpoint: dict | None = None) -> dict:
+    """The kubeforge phase's TrainingJob for ``job`` (``checkpoint``: its ``spec.checkpoint``,
+    :func:`checkpoint_spec`; None: the default, a claim per job)."""
     topo: dict = {"mode": mode}
     if level and mode != "None":
         topo["level"] = level
@@ -107,8 +133,8 @@ def training_job(job: Job, ns: str, mode: str, level: str | None, claim: str | N
                               "containers": [{"name": "trainer", "image": "example.com/train:1",
                                               "command": ["torchrun", "train.py"]}]}},
     }
-    if claim:
-        spec["checkpoint"] = {"existingClaimName": claim}
+    if checkpoint:
+        spec["checkpoint"] = checkpoint
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
         "metadata": {"name": job.name, "namespace": ns, "labels": {"kubeforge.io/bench": "kubeforge"}},
