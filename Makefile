@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting bench-backfill
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -104,9 +104,17 @@ bench-serving: setup tools
 	$(BIN)/python -m e2e.bench.serving $(BENCH_ARGS)
 
 # Checkpoint-aware preemption: GPU-hours lost per preemption on a replay of the Alibaba trace
-# through the pure admission core (no cluster), beside Kueue's victim order.
+# through the pure admission core (no cluster), beside Kueue's victim order; the policy is told only
+# what the jobs' reports say (issue 27); two shapes, 8 nodes / 400 jobs and 16 nodes / 600 jobs.
 bench-preemption: setup
 	$(BIN)/python -m e2e.bench.preemption $(BENCH_ARGS)
+
+# Issue 27: big gangs under a stream of small jobs, BestEffortFIFO vs StrictFIFO vs reservations with
+# backfill through the pure admission core (PNG in e2e/results/); BENCH_ARGS=--live adds the small live
+# comparison with the real Kueue (needs make peers). e2e/README-backfill-bench.md.
+bench-backfill: setup
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python -m e2e.bench.backfill $(BENCH_ARGS)
 
 # Issue 15: 8 NVL72 racks, gangs of 1-32 nodes from the Alibaba trace, rack-sized high-priority
 # gangs; kubeforge's clique placement and whole-domain preemption vs a Kueue-like scattered choice,

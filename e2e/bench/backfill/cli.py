@@ -1,0 +1,156 @@
+"""Backfill bench (issue 27): big gangs under a steady stream of small jobs, replayed through
+kubeforge's pure admission core under three queueing strategies, then live against Kueue.
+
+The same arrivals (e2e/bench/backfill/workload.py: small jobs from the Alibaba trace at a load
+near the fleet's size, 64-GPU gangs that need 8 whole nodes of one block every two hours; who reports
+an ETA and who sets ``maxRunSeconds`` is drawn per job) go through
+:func:`kubeforge.admission.plan_admission` with the pool's queueing strategy forced by
+:class:`kubeforge.admission.AdmissionRules` ``queueing``:
+
+- **BestEffortFIFO** (kubeforge without reservations, Kueue's default): a gang that does not fit
+  waits, and the small jobs behind it take every GPU that frees up;
+- **StrictFIFO** (Kueue's other strategy): nothing behind the first gang that waits is admitted;
+- **Backfill** (kubeforge's default, ``spec.reservations``): the first waiting gangs get
+  reservations from the running jobs' ETAs and time limits; later jobs use reserved GPUs only
+  if they end before the reservation's start.
+
+Printed per strategy: large-gang wait p50 / p95, small-job wait p50 / p95 / mean (minutes),
+GPU utilisation over the arrival window, jobs never started; then the targets: large-gang wait
+p95 <= 0.3x BestEffortFIFO's, utilisation within 3 points of it, and no small job waiting longer
+under Backfill than under StrictFIFO. A PNG of busy GPUs and waiting large gangs over time goes
+to e2e/results/. ``--live`` then runs a smaller version on the local sim cluster, kubeforge's
+operator against the real Kueue (:mod:`e2e.bench.backfill.live`). It measures; it asserts nothing.
+
+Trace: Alibaba clusterdata cluster-trace-gpu-v2023 (openb_pod_list_default.csv), CC BY 4.0.
+Run: ``make bench-backfill`` (``python -m e2e.bench.backfill [--help]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from kubeforge.admission import QueueingStrategy
+
+from e2e.bench.backfill.replay import Result, simulate
+from e2e.bench.backfill.workload import Mix, load_jobs
+from e2e.bench.lib.plots import NO_MATPLOTLIB, pyplot
+from e2e.bench.lib.replay import T0
+from e2e.bench.lib.source import ROOT
+from e2e.bench.lib.traces import ALIBABA_CREDIT, ALIBABA_PODS, add_trace_arg, check_trace
+
+STRATEGIES = (QueueingStrategy.BEST_EFFORT_FIFO, QueueingStrategy.STRICT_FIFO, QueueingStrategy.BACKFILL)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's flags (``--help``); the defaults are the figures' run."""
+    ap = argparse.ArgumentParser(prog="python -m e2e.bench.backfill", description=__doc__.splitlines()[0])
+    add_trace_arg(ap, ALIBABA_PODS, "Alibaba openb pod trace")
+    d = Mix()
+    ap.add_argument("--nodes", type=int, default=d.nodes, help="8-GPU nodes: NVLink cliques of 4, blocks of 16")
+    ap.add_argument("--hours", type=float, default=d.hours, help="hours of arrivals (utilisation is measured over them)")
+    ap.add_argument("--drain-hours", type=float, default=6.0, help="simulated hours after the last arrival")
+    ap.add_argument("--small-load", type=float, default=d.small_load, help="small jobs' offered GPU load / the fleet's GPUs")
+    ap.add_argument("--small-max-hours", type=float, default=d.small_max_hours)
+    ap.add_argument("--large-nodes", type=int, default=d.large_nodes, help="nodes x 8 GPUs of a large gang (one block)")
+    ap.add_argument("--large-every", type=float, default=d.large_every, help="minutes between large gangs")
+    ap.add_argument("--report-share", type=float, default=d.report_share, help="share of jobs that report an ETA")
+    ap.add_argument("--limit-share", type=float, default=d.limit_share, help="share of jobs that set maxRunSeconds")
+    ap.add_argument("--reservations", default="", help='the pool\'s spec.reservations as JSON, e.g. \'{"maxReservations": 4}\'')
+    ap.add_argument("--step", type=float, default=60.0, help="seconds between admission rounds")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--png", type=Path, default=ROOT / "e2e/results/backfill.png")
+    ap.add_argument("--live", action="store_true", help="then run the small live comparison (kubeforge vs Kueue)")
+    a = ap.parse_args(argv)
+    check_trace(ap, a.trace)
+    a.mix = Mix(a.nodes, a.hours, a.small_load, a.small_max_hours, a.large_nodes, a.large_every, a.report_share,
+                a.limit_share)
+    return a
+
+
+def delayed(small: list[str], mine: Result, strict: Result, slack: float) -> list[str]:
+    """Small jobs that waited longer (by more than ``slack`` seconds) than under StrictFIFO."""
+    out = []
+    for n in small:
+        w, s = mine.waits.get(n), strict.waits.get(n)
+        if s is not None and (w is None or w > s + slack):
+            out.append(n)
+    return out
+
+
+def report(a: argparse.Namespace, results: dict[QueueingStrategy, Result], arrivals: dict[str, float]) -> None:
+    """The table and the targets."""
+    horizon = T0 + (a.hours + a.drain_hours) * 3600
+    figs = {s: r.figures(horizon, arrivals) for s, r in results.items()}
+    print(f"{'strategy':<16} {'large wait p50':>15} {'p95':>7} {'small wait p50':>15} {'p95':>7} {'mean':>7} "
+          f"{'GPU util':>9} {'never started':>14} {'rounds reserved':>16} {'CPU s':>6}")
+    for s, f in figs.items():
+        r = results[s]
+        print(f"{s.value:<16} {f['large_p50']:>15.0f} {f['large_p95']:>7.0f} {f['small_p50']:>15.1f} "
+              f"{f['small_p95']:>7.1f} {f['small_mean']:>7.1f} {f['util']:>9.1%} {f['never']:>14} "
+              f"{r.reserved:>16} {r.cpu:>6.1f}")
+    print("(waits in minutes, from arrival to start; a job never started counts until the end of the replay)")
+    base, strict, bf = (figs.get(s) for s in STRATEGIES)  # STRATEGIES: BestEffortFIFO, StrictFIFO, Backfill
+    if base and bf:
+        ok = bf["large_p95"] <= 0.3 * base["large_p95"]
+        print(f"target: large-gang wait p95 <= 0.3 x BestEffortFIFO's: {bf['large_p95']:.0f} vs {base['large_p95']:.0f} min "
+              f"({bf['large_p95'] / base['large_p95'] if base['large_p95'] else float('nan'):.2f}x) -> {'met' if ok else 'NOT met'}")
+        pts = 100 * (base["util"] - bf["util"])
+        print(f"target: GPU utilisation within 3 points of BestEffortFIFO's: {bf['util']:.1%} vs {base['util']:.1%} "
+              f"({pts:+.1f} points lower) -> {'met' if pts <= 3 else 'NOT met'}")
+    if strict and bf:
+        small = [n for n in arrivals if n not in results[QueueingStrategy.BACKFILL].large]
+        late = delayed(small, results[QueueingStrategy.BACKFILL], results[QueueingStrategy.STRICT_FIFO], a.step)
+        print(f"target: no small job waits longer under Backfill than under StrictFIFO (one round of slack): "
+              f"{len(late)} of {len(small)} do -> {'met' if not late else 'NOT met'}"
+              + (f" (e.g. {', '.join(late[:5])})" if late else ""))
+
+
+def plot(path: Path, results: dict[QueueingStrategy, Result], gpus: int) -> None:
+    """Busy GPUs and large gangs waiting over time, one line per strategy."""
+    plt = pyplot()
+    if plt is None:
+        print(f"no plot: {NO_MATPLOTLIB}")
+        return
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for s, r in results.items():
+        t = [x[0] for x in r.series]
+        top.plot(t, [x[1] / gpus * 100 for x in r.series], label=s.value, linewidth=0.8)
+        bottom.plot(t, [x[2] for x in r.series], label=s.value, linewidth=0.8)
+    top.set_ylabel("GPUs busy, %")
+    bottom.set_ylabel("large gangs waiting")
+    bottom.set_xlabel("hours")
+    top.legend(loc="lower right")
+    top.set_title("Backfill bench: the same arrivals under three queueing strategies")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay every strategy, print the figures and targets, draw the plot; ``--live`` after."""
+    a = parse_args(argv)
+    jobs = load_jobs(a.trace, a.mix, a.seed)
+    arrivals = {j.name: j.arrival for j in jobs}
+    big = [j for j in jobs if j.large]
+    print(f"{len(jobs) - len(big)} small jobs (Alibaba trace, offered load {a.small_load:g} of {a.nodes * 8} GPUs, "
+          f"runs capped at {a.small_max_hours:g} h) and {len(big)} large gangs ({a.large_nodes} x 8 GPUs, Required in one "
+          f"block, every {a.large_every:g} min) over {a.hours:g} h, then {a.drain_hours:g} h to drain; {a.report_share:.0%} "
+          f"report an ETA, {a.limit_share:.0%} set maxRunSeconds; rounds every {a.step:g} s; seed {a.seed}"
+          + (f"; pool reservations {a.reservations}" if a.reservations else ""))
+    results: dict[QueueingStrategy, Result] = {}
+    for s in STRATEGIES:
+        started = time.process_time()
+        results[s] = simulate(jobs, a.nodes, s, a.hours, a.drain_hours, a.step,
+                              json.loads(a.reservations) if a.reservations else None, tag=f"s{a.seed}-")
+        results[s].cpu = time.process_time() - started
+    report(a, results, arrivals)
+    plot(a.png, results, a.nodes * 8)
+    print(ALIBABA_CREDIT)
+    if a.live:
+        from e2e.bench.backfill.live import main as live_main
+        return live_main([])
+    return 0
