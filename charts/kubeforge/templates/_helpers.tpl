@@ -151,3 +151,33 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: kubeforge
 {{- end }}
+
+{{/* The node cache agent's name (DaemonSet, ServiceAccount, ClusterRole): <fullname>-cache-agent. */}}
+{{- define "kubeforge.cacheAgentName" -}}
+{{- printf "%s-cache-agent" (include "kubeforge.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of the cache agent pods (immutable in a DaemonSet: never add to them). */}}
+{{- define "kubeforge.cacheAgentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubeforge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: cache-agent
+{{- end }}
+
+{{/* Labels on every cache agent object. */}}
+{{- define "kubeforge.cacheAgentLabels" -}}
+helm.sh/chart: {{ include "kubeforge.chart" . }}
+{{ include "kubeforge.cacheAgentSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeforge
+{{- end }}
+
+{{/* The cache agent's ServiceAccount: its own when serviceAccount.create, else the operator's. */}}
+{{- define "kubeforge.cacheAgentServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- include "kubeforge.cacheAgentName" . }}
+{{- else }}
+{{- include "kubeforge.serviceAccountName" . }}
+{{- end }}
+{{- end }}
