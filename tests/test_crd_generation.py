@@ -359,7 +359,7 @@ def test_gpu_pool_spec_may_be_left_out() -> None:
     assert schema["properties"]["spec"]["default"] == {
         "gpuResourceName": "nvidia.com/gpu", "capacityType": "Auto", "deviceAllocation": "DevicePlugin",
         "dra": {"deviceClassName": "gpu.nvidia.com", "driver": "gpu.nvidia.com", "spareNodesPerClique": 2},
-        "preemption": {"withinQuota": "LowerPriority", "withinQuotaWhileBorrowing": "Never", "minRuntimeSeconds": 0,
+        "preemption": {"withinQuota": "LowerPriority", "withinQuotaWhileBorrowing": "Never", "minRuntimeSeconds": 1800,
                        "reclaimQuota": "Any"},
         "reservations": {"mode": "Enabled", "maxReservations": 1, "graceSeconds": 300},
         "modelCache": {"hostPath": "/var/lib/kubeforge/models", "eviction": "LRU", "warmAhead": True}}

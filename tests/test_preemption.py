@@ -51,7 +51,8 @@ def test_a_job_that_never_reported_is_counted_from_its_placement_and_says_so():
     jobs = [running("reported", "n0", since=NOW - 7200, ckpt=NOW - 1500),
             running("silent", "n1", since=NOW - 900),
             mk_job("urgent", priority=100, created=NOW - 5)]
-    [pre] = plan_admission(snapshot([mk_pool("p")], nodes, jobs=jobs), NOW).preempt
+    pool = mk_pool("p", preemption={"minRuntimeSeconds": 0})  # "silent" is 15 min old: the default protects it
+    [pre] = plan_admission(snapshot([pool], nodes, jobs=jobs), NOW).preempt
     [v] = pre.victims
     assert v.key[1] == "silent" and v.basis == LostWorkBasis.PLACEMENT
     msg = preemption_message(("team-a", "urgent"), 100, v)

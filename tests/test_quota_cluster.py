@@ -19,6 +19,10 @@ from conftest import apply, condition, events_for, get_json, job_status, new_nam
 pytestmark = pytest.mark.cluster
 
 
+YOUNG_RUNS_UNPROTECTED = {"minRuntimeSeconds": 0}
+"""These tests preempt gangs placed seconds before; the pool's default protects a run for 30 min."""
+
+
 @pytest.fixture
 def other_namespace(cluster):
     yield from new_namespace(cluster)
@@ -28,7 +32,8 @@ def quotas(team_a: str, team_b: str, borrow_a: int | None = None) -> dict:
     a = {"name": "team-a", "namespaces": [team_a], "nominalGPUs": 16}
     if borrow_a is not None:
         a["borrowingLimitGPUs"] = borrow_a
-    return {"quotas": [a, {"name": "team-b", "namespaces": [team_b], "nominalGPUs": 16}]}
+    return {"quotas": [a, {"name": "team-b", "namespaces": [team_b], "nominalGPUs": 16}],
+            "preemption": YOUNG_RUNS_UNPROTECTED}
 
 
 def job(name: str, ns: str, pool: str, **spec) -> dict:
@@ -91,7 +96,7 @@ def test_borrowing_limit_makes_a_job_wait_with_quota_exceeded(cluster, namespace
 
 def test_higher_priority_preempts_the_gang_that_loses_the_least_work(cluster, namespace, fleet, capsys):
     pool = namespace
-    fleet(cliques=2, nodes=2)  # no quotas: one team, priority preemption across the pool
+    fleet(cliques=2, nodes=2, pool_spec={"preemption": YOUNG_RUNS_UNPROTECTED})  # no quotas: one team, priority preemption
     # "ckpt" starts first and checkpoints a second before the preemption; "no-ckpt" starts
     # later and never checkpoints. Preempting "ckpt" loses the least work although it is the
     # older job (a newest-first policy would pick "no-ckpt").

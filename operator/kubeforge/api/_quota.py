@@ -98,7 +98,7 @@ class PoolPreemption(KubeModel):
             raise ValueError(f"preemption.{name} is LowerPriority or Never")
         return value
     min_runtime_seconds: int = Field(
-        default=0,
+        default=1800,
         alias="minRuntimeSeconds",
         ge=0,
         le=604800,
@@ -107,7 +107,11 @@ class PoolPreemption(KubeModel):
         "placement was made (status.placement.admittedAt). Spot reclaims and node failures are "
         "not preemptions by a job and ignore it. Set by the pool's owner rather than each job, so "
         "nobody exempts their own job from priority (Kueue KEP-9876 asks the same of a "
-        "ClusterQueue's preemption policy). 0: no protection.",
+        "ClusterQueue's preemption policy). The default, 30 minutes, lets a run reach a first "
+        "checkpoint at a common interval before another job can stop it: without it, a job just "
+        "placed looks like the cheapest victim (little work since its placement) and, in an "
+        "overloaded pool, is preempted again and again (measured in "
+        "e2e/README-preemption-bench.md). Set it near your jobs' checkpoint interval. 0: no protection.",
     )
     reclaim_quota: PreemptionPolicy = Field(
         default=PreemptionPolicy.ANY,
