@@ -1,23 +1,25 @@
 """The node cache agent's s3:// and gs:// path (issue 29) against a real local S3-compatible
-server, moto's server mode on loopback: the MinIO SDK lists and fetches the model's objects with
-the keys of the named Secret, the listing digest pins it, and no key shows in a status or a log."""
+server, moto's server mode on loopback (from a virtual environment of its own, see
+kubeforge.sim.objectstore): the MinIO SDK lists and fetches the model's objects with the keys of
+the named Secret, the listing digest pins it, and no key shows in a status or a log."""
 
 from __future__ import annotations
 
 import io
 import logging
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("minio")
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
 
 from minio import Minio  # noqa: E402
 
 from kubeforge.cacheagent import CacheAgent, FetchError, Source, fetch  # noqa: E402
 from kubeforge.modelcache import listing_digest  # noqa: E402
+from kubeforge.sim.objectstore import MotoServer, ObjectStoreError, ensure_moto  # noqa: E402
 from test_cacheagent import FakeApi  # noqa: E402
+
+pytestmark = pytest.mark.system  # moto's server runs from its own venv, made from PyPI on first use
 
 ACCESS, SECRET = "AKIAKUBEFORGETEST", "s3cr3t-kubeforge-key"
 FILES = {"config.json": b'{"model_type": "llama"}', "weights/model.safetensors": bytes(range(256)) * 2048}
@@ -25,14 +27,16 @@ FILES = {"config.json": b'{"model_type": "llama"}', "weights/model.safetensors":
 
 @pytest.fixture(scope="module")
 def s3():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = Minio(f"{host}:{port}", access_key=ACCESS, secret_key=SECRET, secure=False, region="us-east-1")
+    try:
+        server = MotoServer(ensure_moto()).start()
+    except ObjectStoreError as e:
+        pytest.skip(f"no local S3 server: {e}")
+    host = server.url.split("://", 1)[1]
+    client = Minio(host, access_key=ACCESS, secret_key=SECRET, secure=False, region="us-east-1")
     client.make_bucket("models")
     for name, data in FILES.items():
         client.put_object("models", f"llama/{name}", io.BytesIO(data), len(data))
-    yield {"url": f"http://{host}:{port}", "client": client}
+    yield {"url": server.url, "client": client}
     server.stop()
 
 
