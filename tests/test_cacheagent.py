@@ -249,3 +249,12 @@ def test_pvc_and_unknown_schemes_are_refused_with_a_reason(tmp_path):
 def test_no_model_cache_node_yet_writes_nothing(tmp_path):
     api = FakeApi("gpu-0", {"hostPath": str(tmp_path)})
     assert CacheAgent("gpu-1", api).sync_once() is None and api.writes == []
+
+
+def test_the_status_keeps_the_wanted_copies_first_within_the_crds_limit():
+    from kubeforge.cacheagent import Copy, node_status
+
+    copies = [Copy(f"m{i:03d}", f"s3://b/m{i}", "Ready", 10, ready_at=1.0, last_used=2.0) for i in range(70)]
+    status = node_status(copies, generation=3, agent="a", now=5.0)
+    ModelCacheNodeStatus.model_validate(status)
+    assert [m["key"] for m in status["models"]] == [f"m{i:03d}" for i in range(64)]

@@ -107,9 +107,9 @@ class CacheAgent:
         key = model["key"]
         copy = self.copies[key]
         try:
-            self._make_room(store, key, wanted, capacity, int(model.get("sizeBytes") or 0))
             source = Source(model["uri"], model.get("revision"), model.get("digest"), model.get("sizeBytes"),
                             self._secret(model))
+            self._make_room(store, key, wanted, capacity, int(model.get("sizeBytes") or 0))
             self._set(downloading(copy, 0))
             meta, fetched = store.ensure(key, model["uri"], lambda dest: self._download(key, source, dest),
                                          self.clock())

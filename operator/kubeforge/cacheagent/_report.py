@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 from kubeforge.modelcache import DOWNLOADING, FAILED, PENDING, READY
 
 MAX_MESSAGE = 1024
+MAX_MODELS = 64  # ModelCacheNodeStatus.models holds at most this many (kubeforge.api)
 MAX_REASON = 64
 
 
@@ -81,7 +82,7 @@ def node_status(copies: Iterable[Copy], *, generation: int | None, agent: str, n
     """The ModelCacheNode ``status``: the copies in the order given, usedBytes (the Ready
     copies), the Ready count, the heartbeat and the ``Ready`` condition (False with DiskFull when a
     wanted copy cannot fit, its lastTransitionTime kept from ``previous`` while unchanged)."""
-    copies = list(copies)
+    copies = list(copies)[:MAX_MODELS]  # the wanted copies come first; the CRD holds 64
     full = [c for c in copies if c.phase == FAILED and c.reason == "DiskFull"]
     cond_status, reason = ("False", "DiskFull") if full else ("True", "Fits")
     message = (f"{len(full)} wanted cop{'y' if len(full) == 1 else 'ies'} cannot fit, e.g. {full[0].key}"
