@@ -36,7 +36,7 @@ fake in tests), as the HPA controller's ``metrics.MetricsClient``.
 
 from . import _reasons as reasons
 from ._decide import Decision, decide
-from ._forecast import DemandHistory, Forecast, PredictivePolicy, forecast_demand, forecast_replicas
+from ._forecast import MAX_GROWTH, DemandHistory, Forecast, PredictivePolicy, forecast_demand, forecast_replicas
 from ._policy import PANIC_THRESHOLD, AutoscalingPolicy, SLOPolicy
 from ._queue_model import erlang_c, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
 from ._signals import SIGNAL_NAMES, Signals
@@ -46,6 +46,7 @@ from ._steps import Limit, Reading, Recommendation, bound, rate_limit, read_metr
 
 __all__ = [
     "MAX_EVENTS",
+    "MAX_GROWTH",
     "MAX_RECOMMENDATIONS",
     "PANIC_THRESHOLD",
     "SIGNAL_NAMES",

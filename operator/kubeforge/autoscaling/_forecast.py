@@ -12,7 +12,11 @@ The lead time is the service's measured p90 start (``status.startTime.cold.p90Se
 * **Trend**: a least-squares line through the last ``trendWindowSeconds`` of the rate, read at
   ``now + lead`` (what PromQL's ``predict_linear(v[window], lead)`` computes), capped at
   :data:`MAX_TREND_GROWTH` times the window's highest rate so that one noisy slope cannot ask
-  for the whole pool;
+  for the whole pool. The slope counts only where it stands out of the samples' scatter (at
+  least :data:`MIN_TREND_T` standard errors, the samples counted once per
+  :data:`RATE_WINDOW_SECONDS` since the one-minute rates overlap); otherwise the forecast is
+  the window's mean, the level (a bursty series swings 0 to 10 req/s a minute, and a line
+  through that noise extended minutes ahead is noise too);
 * **Seasonal**: what the service admitted at ``now + lead`` one week ago (else one day ago:
   Prometheus' ``offset 7d`` / ``offset 1d``), scaled by today's level over the window against
   that day's over the same window (a seasonal-naive forecast with a level correction, the
@@ -27,6 +31,11 @@ it; KEDA's PredictKube scaler forecasts a Prometheus query ``predictHorizon`` ah
 days of history, launches ``SchedulingBufferTime`` (default 300 s) ahead, and only raises the
 group's capacity (its ``ForecastOnly`` mode shows the forecast without acting). Here the
 forecast is a floor under the reactive count: it adds or keeps replicas, never removes one.
+The replicas it needs are the reactive count scaled by the forecast's growth over the
+window's level (:attr:`Forecast.level`, the fitted line at ``now``), not over the last
+one-minute sample: a lull of 0.2 req/s in a 5 req/s service would otherwise multiply the
+count by 25. That growth is bounded by :data:`MAX_GROWTH`, and growth within
+:data:`GROWTH_TOLERANCE` of the level is none (a flat series asks for the reactive count).
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DAY_SECONDS", "MAX_SEASONAL_RATIO", "MAX_TREND_GROWTH", "WEEK_SECONDS", "DemandHistory", "Forecast",
-           "PredictivePolicy", "forecast_demand", "forecast_replicas"]
+__all__ = ["DAY_SECONDS", "GROWTH_TOLERANCE", "MAX_GROWTH", "MAX_SEASONAL_RATIO", "MAX_TREND_GROWTH", "WEEK_SECONDS",
+           "DemandHistory", "Forecast", "PredictivePolicy", "forecast_demand", "forecast_replicas"]
 
 DAY_SECONDS = 86400.0
 WEEK_SECONDS = 7 * DAY_SECONDS
@@ -45,6 +54,16 @@ MAX_SEASONAL_RATIO = 4.0
 """Today's level against the past day's is trusted within [1/4, 4]."""
 MIN_POINTS = 3
 """A trend needs at least this many samples (PromQL's predict_linear needs 2; 3 leaves a residual)."""
+MIN_TREND_T = 2.0
+"""A slope counts when it is at least this many standard errors from flat (about 95 %)."""
+RATE_WINDOW_SECONDS = 60.0
+"""The admission rate's own window (``rate(...[1m])``): samples closer than this overlap, so the
+slope's standard error counts one independent sample per this many seconds of the window."""
+MAX_GROWTH = 4.0
+"""The replicas a forecast asks for are at most this many times the reactive count (the same
+bound as :data:`MAX_SEASONAL_RATIO`)."""
+GROWTH_TOLERANCE = 0.1
+"""A forecast within 10 % of the level is no rise (the HPA's default tolerance)."""
 MODES = ("Trend", "Seasonal")
 
 Series = tuple[tuple[float, float], ...]
@@ -105,6 +124,9 @@ class Forecast:
         current_rate: The admission rate now (the last sample), requests/s.
         rate: The forecast at ``now + lead``, requests/s (>= 0).
         message: One sentence with the numbers.
+        level: The window's level now, requests/s: the trend's fitted value at ``now`` (the
+            window's mean where the slope is noise), today's mean for Seasonal; None: use
+            ``current_rate`` (a forecast built by hand).
     """
 
     method: str
@@ -112,6 +134,7 @@ class Forecast:
     current_rate: float
     rate: float
     message: str
+    level: float | None = None
 
 
 def _clean(series: Series) -> list[tuple[float, float]]:
@@ -119,24 +142,41 @@ def _clean(series: Series) -> list[tuple[float, float]]:
                   if math.isfinite(t) and math.isfinite(v) and v >= 0)
 
 
-def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """``(intercept, slope)`` of the least-squares line ``v = a + b t`` (t relative to the first point)."""
-    t0 = points[0][0]
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+    """``(mean time, mean rate, slope, slope's standard error)`` of the least-squares line
+    through ``points``; the error counts one sample per :data:`RATE_WINDOW_SECONDS` (the
+    one-minute rates overlap) and is 0 for a perfect line or too few samples to tell."""
     n = len(points)
-    mt = sum(t - t0 for t, _ in points) / n
+    mt = sum(t for t, _ in points) / n
     mv = sum(v for _, v in points) / n
-    var = sum((t - t0 - mt) ** 2 for t, _ in points)
-    slope = 0.0 if var == 0 else sum((t - t0 - mt) * (v - mv) for t, v in points) / var
-    return mv - slope * (mt + t0), slope
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return mt, mv, 0.0, 0.0
+    slope = sum((t - mt) * (v - mv) for t, v in points) / var
+    sse = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
+    span = points[-1][0] - points[0][0]
+    independent = min(float(n), 1.0 + span / RATE_WINDOW_SECONDS)
+    if n <= 2 or independent <= 2.0:
+        return mt, mv, slope, 0.0
+    se = math.sqrt(sse / (n - 2) / var) * math.sqrt(n / independent)
+    return mt, mv, slope, se
 
 
-def _trend(recent: list[tuple[float, float]], now: float, lead: float) -> tuple[float, str]:
-    a, b = _fit(recent)
-    raw = max(0.0, a + b * (now + lead))
+def _trend(recent: list[tuple[float, float]], now: float, lead: float) -> tuple[float, float, str]:
+    """``(forecast, level now, how)``: the line where its slope stands out of the scatter
+    (:data:`MIN_TREND_T`), else the window's mean; capped at :data:`MAX_TREND_GROWTH` x the
+    window's highest rate."""
+    mt, mv, b, se = _fit(recent)
+    span = recent[-1][0] - recent[0][0]
+    if abs(b) < MIN_TREND_T * se:
+        how = (f"no trend over the last {span:.0f}s (slope {b * 60:+.3g} +- {se * 60:.2g} req/s per minute): "
+               f"the window's mean")
+        return mv, mv, how
+    level = max(0.0, mv + b * (now - mt))
+    raw = max(0.0, mv + b * (now + lead - mt))
     cap = MAX_TREND_GROWTH * max(v for _, v in recent)
-    rate = min(raw, cap)
     capped = f", capped at {MAX_TREND_GROWTH:g}x the window's highest" if raw > cap else ""
-    return rate, f"trend {b * 60:+.3g} req/s per minute over the last {recent[-1][0] - recent[0][0]:.0f}s{capped}"
+    return min(raw, cap), level, f"trend {b * 60:+.3g} req/s per minute over the last {span:.0f}s{capped}"
 
 
 def _mean(points: list[tuple[float, float]], lo: float, hi: float) -> float | None:
@@ -145,7 +185,7 @@ def _mean(points: list[tuple[float, float]], lo: float, hi: float) -> float | No
 
 
 def _seasonal(past: list[tuple[float, float]], recent: list[tuple[float, float]], period: float, now: float,
-              lead: float, window: float) -> tuple[float, str] | None:
+              lead: float, window: float) -> tuple[float, float, str] | None:
     """The past period's rate at ``now + lead - period`` scaled by the levels' ratio, or None
     when that history does not cover both the window and the lead."""
     then = now - period
@@ -160,7 +200,7 @@ def _seasonal(past: list[tuple[float, float]], recent: list[tuple[float, float]]
     else:
         ratio = 1.0
     days = "7d" if period >= WEEK_SECONDS else "1d"
-    return at_lead * ratio, (f"{at_lead:.3g} req/s at the same time {'last week' if days == '7d' else 'yesterday'}, "
+    return at_lead * ratio, level_now, (f"{at_lead:.3g} req/s at the same time {'last week' if days == '7d' else 'yesterday'}, "
                              f"x{ratio:.2f} for today's level ({level_now:.3g} against {level_then:.3g} req/s)")
 
 
@@ -191,27 +231,33 @@ def forecast_demand(policy: PredictivePolicy, history: DemandHistory, now: float
     if found is None:
         found = _trend(recent, now, lead)
         if policy.mode == "Seasonal":
-            found = (found[0], found[1] + " (no history a day or a week ago: the trend)")
-    rate, how = found
+            found = (found[0], found[1], found[2] + " (no history a day or a week ago: the trend)")
+    rate, level, how = found
     return Forecast(method, float(lead), current, rate,
-                    f"forecast {rate:.3g} req/s in {lead:.0f}s (now {current:.3g}): {how}")
+                    f"forecast {rate:.3g} req/s in {lead:.0f}s (now {current:.3g}, level {level:.3g}): {how}", level)
 
 
 def forecast_replicas(forecast: Forecast, basis: int) -> int:
     """The replicas the forecast demand needs, scaled from ``basis``, the replicas the current
-    rate needs (the reactive count): ``ceil(basis x forecast / current)``. With no current rate
-    to scale from, one replica for any forecast demand (a service at zero comes back before the
-    demand does), none otherwise.
+    demand needs (the reactive count): ``ceil(basis x growth)``, where growth is the forecast
+    over the window's level (``forecast.level``, else ``current_rate``), at most
+    :data:`MAX_GROWTH`, and 1 within :data:`GROWTH_TOLERANCE` of it. With no level to scale
+    from, one replica for any forecast demand (a service at zero comes back before the demand
+    does), none otherwise.
 
     Args:
         forecast: The forecast.
-        basis: Replicas for ``forecast.current_rate``, >= 0.
+        basis: Replicas for the current demand, >= 0.
 
     Returns:
         Replicas, >= 0 (not bounded: the caller bounds it by maxReplicas and the pool).
     """
     if forecast.rate <= 0:
         return 0
-    if forecast.current_rate <= 1e-9 or basis <= 0:
+    level = forecast.current_rate if forecast.level is None else forecast.level
+    if level <= 1e-9 or basis <= 0:
         return 1
-    return max(1, math.ceil(basis * forecast.rate / forecast.current_rate - 1e-9))
+    growth = min(MAX_GROWTH, forecast.rate / level)
+    if abs(growth - 1.0) <= GROWTH_TOLERANCE:
+        growth = 1.0
+    return max(1, math.ceil(basis * growth - 1e-9))
