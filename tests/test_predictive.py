@@ -104,7 +104,67 @@ def test_decide_asks_one_start_ahead_of_a_rising_demand():
     d = decide(p, AutoscalerState(), 2, 0.0, NOW, 16, history=hist)
     assert d.predicted == 4 and d.desired == 4 and d.direction == "Up"
     assert d.forecast is not None and d.forecast.rate == pytest.approx(4.0)
-    assert "one start ahead" in d.reason and d.recommendation == 4  # held by the scale-down window too
+    # the floor is not the recommendation: the scale-down window keeps the reactive count only
+    assert "one start ahead" in d.reason and d.recommendation == 0
+
+
+BURSTY = (6.1, 0.4, 9.8, 2.2, 7.5, 0.0, 8.9, 3.1, 10.0, 1.2, 5.6, 9.1, 0.6, 4.4, 7.7, 0.9, 6.8, 2.9, 9.5, 3.8, 0.3)
+
+
+def test_a_bursty_series_whose_last_sample_is_low_does_not_ask_for_max_replicas():
+    """One-minute rates swinging 0 to 10 req/s with a lull of 0.3 at the end: no trend stands
+    out of that scatter, so the forecast is the window's level and growth over it is none; the
+    reactive count (4) is all it asks for, not 4 x 5 / 0.3."""
+    hist = DemandHistory(recent=tuple((NOW - 600 + 30 * i, v) for i, v in enumerate(BURSTY)))
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), hist, NOW, 300)
+    mean = sum(BURSTY) / len(BURSTY)
+    assert fc.rate == pytest.approx(mean) and fc.level == pytest.approx(mean) and "no trend" in fc.message
+    assert fc.current_rate == pytest.approx(0.3)
+    d = decide(policy(lead=300), AutoscalerState(), 4, 16.0, NOW, 16, history=hist)  # the queue wants 4
+    assert d.predicted == 4 and d.desired == 4, d.reason
+
+
+def test_growth_over_the_level_is_bounded():
+    from kubeforge.autoscaling import MAX_GROWTH, Forecast
+    assert forecast_replicas(Forecast("Trend", 300.0, 0.2, 50.0, "", level=1.0), 3) == 3 * MAX_GROWTH
+    assert forecast_replicas(Forecast("Trend", 300.0, 0.2, 5.0, "", level=5.2), 3) == 3  # within 10 %: no rise
+
+
+def test_a_noisy_steady_ramp_still_asks_for_more_one_lead_ahead():
+    """2 -> 4 req/s over the last 5 minutes, +0.4 a minute, with +-0.15 of scatter and a last
+    sample 0.15 low: the slope stands out, the forecast is the line at now + 300 s (about 4, twice
+    the level of 2), so 2 replicas become 4, whatever the last sample says."""
+    wobble = (0.15, -0.15)
+    hist = DemandHistory(recent=series(NOW - 300, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4
+                                       + wobble[int((NOW - t) // 30) % 2] * (1 if t < NOW else -1)))
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), hist, NOW, 300)
+    assert fc.method == "Trend" and "no trend" not in fc.message
+    assert fc.level == pytest.approx(2.0, abs=0.15) and fc.rate == pytest.approx(4.0, abs=0.3)
+    d = decide(policy(lead=300), AutoscalerState(), 2, 8.0, NOW, 16, history=hist)  # the queue wants 2
+    assert d.predicted == 4 and d.desired == 4 and "one start ahead" in d.reason
+
+
+def test_a_flat_series_asks_for_no_more_than_the_reactive_count():
+    """5 req/s +-1 with a last sample of 4: the forecast is the level, 4 replicas stay 4 (scaled by
+    the last sample they would be 5)."""
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 4.0 if t >= NOW else (6.0 if int(t) // 30 % 2 else 4.0)))
+    fc = forecast_demand(PredictivePolicy("Trend", 600.0), hist, NOW, 300)
+    assert fc.rate == pytest.approx(fc.level) and fc.current_rate == 4.0
+    d = decide(policy(lead=300), AutoscalerState(), 4, 16.0, NOW, 16, history=hist)
+    assert d.predicted <= 4 and d.desired == 4, d.reason
+
+
+def test_replicas_asked_for_ahead_of_a_rise_that_does_not_come_go_when_the_forecast_falls():
+    """A ramp asks for 4 one start ahead; a minute later the rate is flat again and the queue still
+    wants 2: with a 300 s scale-down window the reactive count alone would have held 2, so the
+    forecast's 4 is not held for the window either (it is not recorded as a recommendation)."""
+    ramp = DemandHistory(recent=series(NOW - 300, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4))
+    p = policy(lead=300, scaleDown={"stabilizationWindowSeconds": 300})
+    d = decide(p, AutoscalerState(), 2, 8.0, NOW, 16, history=ramp)
+    assert d.desired == 4
+    flat = DemandHistory(recent=series(NOW - 540, NOW + 60, lambda t: 2.0))
+    d2 = decide(p, d.state, 4, 8.0, NOW + 60, 16, history=flat)
+    assert d2.predicted == 2 and d2.desired == 3 and d2.direction == "Down", d2.reason  # the step limit: 1 per 30s
 
 
 def test_the_measured_lead_is_used_unless_lead_seconds_is_set_and_none_means_wait():
