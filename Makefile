@@ -66,7 +66,7 @@ IMAGE_ARGS ?=
 image: setup
 	bash hack/build-image.sh $(IMAGE_ARGS)
 
-.PHONY: bench-training-burst bench-memory bench-nvl72
+.PHONY: bench-training-burst bench-memory bench-nvl72 bench-scale
 
 # BENCH_ARGS passes extra flags to a bench, e.g. make bench-training BENCH_ARGS="--cluster my-bench".
 BENCH_ARGS ?=
@@ -133,3 +133,10 @@ bench-preemption-live: setup tools peers
 # CPU, its API requests and the admission latency of probe jobs (e2e/README-reporting-bench.md).
 bench-reporting: setup tools
 	$(BIN)/python -m e2e.bench.reporting $(BENCH_ARGS)
+
+# Issue 31's scale question without a cluster: one admission round's CPU through the pure core as the
+# fleet grows (256-5,000 nodes) and the queue grows (1,000-50,000 gangs from the Alibaba trace), and the
+# memory held at 50,000 jobs; PNG in e2e/results/ (e2e/README-scale-bench.md). Measures, asserts nothing.
+bench-scale: setup
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python -m e2e.bench.scale $(BENCH_ARGS)

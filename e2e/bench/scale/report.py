@@ -107,6 +107,8 @@ def plot(rows: Sequence[dict], out: Path) -> str:
             ax.plot(xs, [y0 * x / xs[0] for x in xs], "k:", label="linear from the first")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # the sizes' own ticks only
+        ax.set_xticks(xs, [f"{x:,}" for x in xs])
         ax.set_xlabel(f"{along} ({fixed} = {common})")
         ax.set_ylabel("CPU seconds per round")
         ax.grid(True, which="both", alpha=0.3)
