@@ -105,3 +105,11 @@ def test_a_tiny_replay_counts_what_it_measures():
     r = preemption.simulate(preemption.fresh(jobs), 2, 30 * MIN, 300.0, 2 * 3600, tag="t-")
     assert set(r) >= {"preemptions", "lost", "finished", "util", "wait_hp", "worst_intervals"}
     assert 0 <= r["util"] <= 1 and r["finished"] <= len(jobs)
+
+
+def test_pools_of_two_shapes_never_share_a_parse_cache_entry():
+    # the operator's parse cache is keyed by uid and generation: the overloaded shape's pool (64
+    # nominal GPUs a team) once reused the default shape's (32) when both ran in one process
+    small, big = preemption.make_pool(32, 0), preemption.make_pool(64, 0)
+    assert small.uid != big.uid
+    assert big.spec.quotas[0].nominal_gpus == 64

@@ -143,7 +143,9 @@ def load_jobs(trace: Path, n: int, seed: int, arrival_hours: float, max_hours: f
 def make_pool(nominal: int, generation: int, preemption: dict | None = None):
     """The GPUPool ``h100`` record: two teams (``research``, ``product``) of ``nominal`` GPUs each;
     ``preemption``: its ``spec.preemption`` (None: the API's defaults)."""
-    body = {"metadata": {"name": "h100", "uid": f"pool-{generation}-{sorted((preemption or {}).items())}", "generation": 1},
+    # the uid names everything in the spec: the operator's parse cache is keyed by uid and generation
+    body = {"metadata": {"name": "h100", "uid": f"pool-{generation}-{nominal}-{sorted((preemption or {}).items())}",
+                         "generation": 1},
             "spec": {"quotas": [{"name": "research", "namespaces": ["research"], "nominalGPUs": nominal},
                                 {"name": "product", "namespaces": ["product"], "nominalGPUs": nominal}],
                      **({"preemption": preemption} if preemption else {})}}
@@ -308,7 +310,7 @@ def run_cases(a: argparse.Namespace, seeds: list[int]) -> list[Row]:
             for case in a.case_list:
                 _, rules, oracle, pool = CASES[case]
                 started = time.process_time()
-                r = simulate(fresh(jobs), nodes, ckpt, a.step, a.hours * 3600, tag=f"s{seed}-", rules=rules,
+                r = simulate(fresh(jobs), nodes, ckpt, a.step, a.hours * 3600, tag=f"{shape}-s{seed}-", rules=rules,
                              oracle=oracle, preemption={**(a.pool_preemption or {}), **pool} or None)
                 r["cpu"] = time.process_time() - started
                 rows.append((shape, seed, case, r))
