@@ -1,4 +1,4 @@
-"""Builders that make records through the operator's own parsers.
+"""Keyword helpers over ``tests/builders.py`` and what ``plan_admission`` reads.
 
 :func:`mk_node`, :func:`mk_pool`, :func:`mk_job`, :func:`mk_service`, :func:`worker_pod` and
 :func:`foreign_pod` make the records the admission core and the lifecycle read, through the
@@ -12,87 +12,70 @@ in-memory one of ``tests/fakekube.py``). :func:`snapshot` and :func:`view` assem
 from __future__ import annotations
 
 import copy
-import itertools
-from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+import builders as b
+from builders import GPU, NOW, NS, iso
 from kubeforge.admission import JobView, Snapshot
-from kubeforge.api import GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec
-from kubeforge.builders.training import build_worker_pod
-from kubeforge.objects import (
-    Node, PlacementRecord, Pod, Taint, TrainingJobRecord, placement_of, pod_from_k8s, record_from_k8s,
-)
+from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
+from kubeforge.objects import Node, PlacementRecord, Pod, Taint, TrainingJobRecord, record_from_k8s
 
-GPU = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"
 BLOCK = "cloud.google.com/gce-topology-block"
 SPOT = "karpenter.sh/capacity-type"
-NOW = 1_800_000_000.0
-NS = "team-a"
-
-_uids = itertools.count(1)
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --------------------------------------------------------------------------------- builders
+# Keyword spellings of the fluent builders in ``tests/builders.py``, for the tests written
+# before them; new tests use the builders.
 
 
 def mk_node(name: str, gpus: int = 8, labels: Mapping[str, str] | None = None, *, resource: str = GPU,
             taints: Iterable[Taint] = (), ready: bool = True, unschedulable: bool = False,
             extra: Mapping[str, int] | None = None) -> Node:
     """A Node with ``gpus`` of ``resource`` (allocatable = capacity) and ``extra`` resources."""
-    res = {resource: gpus, **(extra or {})}
-    return Node(name=name, labels=dict(labels or {}), taints=tuple(taints), unschedulable=unschedulable,
-                ready=ready, ready_changed=None, allocatable=dict(res), capacity=dict(res))
+    return (b.Node(name).gpus(gpus, resource).labels(labels).taints(taints).ready(ready)
+            .unschedulable(unschedulable).extra(extra).record())
 
 
 def node_body(name: str, gpus: int = 8, labels: Mapping[str, str] | None = None, *, resource: str = GPU,
               taints: Iterable[Mapping[str, str]] = ()) -> dict[str, Any]:
     """A Ready Node as the API server holds it: ``gpus`` of ``resource`` (allocatable =
     capacity), 96 CPUs, 1 TiB of memory; ``taints`` as core/v1 Taint dicts."""
-    res = {resource: str(gpus), "cpu": "96", "memory": "1Ti"}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels or {})},
-            "spec": {"taints": [dict(t) for t in taints]} if taints else {},
-            "status": {"allocatable": dict(res), "capacity": dict(res),
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return b.Node(name).gpus(gpus, resource).labels(labels).taints(taints).body()
 
 
 def mk_pool(name: str, selector: Mapping[str, Any] | None = None, **kw: Any):
     """A GPUPool record (see :func:`pool_body` for the keywords)."""
-    rec = record_from_k8s(GPUPoolSpec, pool_body(name, selector, **kw))
-    assert rec.spec is not None, rec.spec_error
-    return rec
+    return _pool(name, selector, **kw).record()
 
 
-def pool_body(name: str, selector: Mapping[str, Any] | None = None, *, resource: str | None = None,
-              levels: list[tuple[str, str]] | None = None, capacity_type: str | None = None,
-              tolerations: list[dict] | None = None, price: float | None = None, generation: int = 1,
-              status: Mapping[str, Any] | None = None, preemption: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def pool_body(name: str, selector: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
     """A GPUPool as the API server holds it. ``selector`` is a LabelSelector dict (None: empty,
     every GPU node); ``levels`` (name, label) pairs, narrowest first (None: detected)."""
-    spec: dict[str, Any] = {}
+    return _pool(name, selector, **kw).body()
+
+
+def _pool(name: str, selector: Mapping[str, Any] | None = None, *, resource: str | None = None,
+          levels: list[tuple[str, str]] | None = None, capacity_type: str | None = None,
+          tolerations: list[dict] | None = None, price: float | None = None, generation: int = 1,
+          status: Mapping[str, Any] | None = None, preemption: Mapping[str, Any] | None = None) -> b.GPUPool:
+    pool = b.GPUPool(name).generation(generation).status(status)
     if selector is not None:
-        spec["nodeSelector"] = dict(selector)
+        pool.selector(selector)
     if resource is not None:
-        spec["gpuResourceName"] = resource
+        pool.resource(resource)
     if levels is not None:
-        spec["topologyLevels"] = [{"name": n, "nodeLabel": lb} for n, lb in levels]
+        pool.levels(*levels)
     if capacity_type is not None:
-        spec["capacityType"] = capacity_type
+        pool.capacity_type(capacity_type)
     if tolerations is not None:
-        spec["tolerations"] = tolerations
+        pool.tolerations(tolerations)
     if price is not None:
-        spec["pricePerGPUHour"] = price
+        pool.price(price)
     if preemption is not None:
-        spec["preemption"] = dict(preemption)
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool",
-            "metadata": {"name": name, "uid": f"pool-{next(_uids)}", "generation": generation,
-                         "creationTimestamp": iso(NOW - 86400)},
-            "spec": spec, "status": dict(status or {})}
+        pool.preemption(preemption)
+    return pool
 
 
 def job_body(name: str, *, ns: str = NS, replicas: int = 1, gpus: int = 8, pools=("p",),
@@ -100,23 +83,15 @@ def job_body(name: str, *, ns: str = NS, replicas: int = 1, gpus: int = 8, pools
              generation: int = 1, status: Mapping[str, Any] | None = None, template: Mapping[str, Any] | None = None,
              uid: str | None = None, **spec_extra: Any) -> dict[str, Any]:
     """A TrainingJob body as the API server holds it (camelCase spec keys in ``spec_extra``)."""
-    spec: dict[str, Any] = {
-        "pools": list(pools),
-        "replicas": replicas,
-        "gpusPerReplica": gpus,
-        "topology": dict(topology or {"mode": "None"}),
-        "priority": priority,
-        "template": copy.deepcopy(template) if template else
-        {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}]}},
-    }
-    spec.update(spec_extra)
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns, "uid": uid or f"job-{next(_uids)}", "generation": generation,
-                     "resourceVersion": "1", "creationTimestamp": iso(created)},
-        "spec": spec,
-        "status": copy.deepcopy(dict(status or {})),
-    }
+    job = (b.TrainingJob(name).ns(ns).replicas(replicas).gpus(gpus).pools(*pools).priority(priority)
+           .created(created).generation(generation).status(status).spec(**spec_extra))
+    if topology:
+        job.spec(topology=dict(topology))
+    if template:
+        job.template(template)
+    if uid:
+        job.uid(uid)
+    return job.body()
 
 
 def mk_job(name: str, **kw: Any) -> TrainingJobRecord:
@@ -145,18 +120,13 @@ def service_body(name: str, *, ns: str = NS, pools=("p",), gpus: int | None = 1,
                  topology: Mapping[str, Any] | None = None, template: Mapping[str, Any] | None = None,
                  generation: int = 1, status: Mapping[str, Any] | None = None, **spec_extra: Any) -> dict[str, Any]:
     """An InferenceService body as the API server holds it (camelCase spec keys in ``spec_extra``)."""
-    spec: dict[str, Any] = {
-        "pools": list(pools),
-        "template": copy.deepcopy(template) if template else
-        {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai", "command": ["vllm", "serve", "m"]}]}},
-    }
-    if gpus is not None:
-        spec["gpusPerReplica"] = gpus
-    spec["topology"] = dict(topology or {"mode": "None"})
-    spec.update(spec_extra)
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": ns, "uid": f"svc-{next(_uids)}", "generation": generation,
-                         "creationTimestamp": iso(NOW - 3600)}, "spec": spec, "status": copy.deepcopy(dict(status or {}))}
+    svc = (b.InferenceService(name).ns(ns).pools(*pools).gpus(gpus).generation(generation).status(status)
+           .spec(**spec_extra))
+    if topology:
+        svc.spec(topology=dict(topology))
+    if template:
+        svc.template(template)
+    return svc.body()
 
 
 def submitted(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,11 +147,9 @@ def mk_service(name: str, **kw: Any):
 
 def worker_manifest(job: TrainingJobRecord, rank: int, attempt: int, placement: PlacementRecord,
                     resource: str = GPU, created: float = NOW - 60, gates: tuple[str, ...] = ()) -> dict[str, Any]:
-    m = build_worker_pod(job, rank=rank, attempt=attempt, placement=placement, gpu_resource=resource,
-                         scheduling_gates=gates)
-    m["metadata"]["creationTimestamp"] = iso(created)
-    m["metadata"]["uid"] = f"pod-{next(_uids)}"
-    return m
+    """The manifest of rank ``rank`` that ``build_worker_pod`` makes, with a creationTimestamp and a uid."""
+    return (b.WorkerPod(job, rank).attempt(attempt).placed(placement.nodes, placement.pool).resource(resource)
+            .created(created).gates(*gates).body())
 
 
 def worker_pod(job: TrainingJobRecord, rank: int, attempt: int = 0, *, nodes: Iterable[str] | None = None,
@@ -189,22 +157,19 @@ def worker_pod(job: TrainingJobRecord, rank: int, attempt: int = 0, *, nodes: It
                resource: str = GPU, **changes: Any) -> Pod:
     """The Pod view of a worker built by ``build_worker_pod``; ``nodes`` is the placement
     (default: the job's ``status.placement``)."""
-    pl = placement_of(job.status) if nodes is None else PlacementRecord(pool, tuple(nodes))
-    assert pl is not None
-    p = pod_from_k8s(worker_manifest(job, rank, attempt, pl, resource))
-    return replace(p, node=pl.nodes[rank] if bound else None, phase=phase, deleting=deleting, **changes)
+    w = b.WorkerPod(job, rank).attempt(attempt).resource(resource).phase(phase).unbound(not bound)
+    if nodes is not None:
+        w.placed(nodes, pool)
+    return w.changes(deleting=deleting, **changes).record()
 
 
 def foreign_pod(name: str, node: str | None, gpus: int, *, ns: str = "other", resource: str = GPU,
                 phase: str = "Running", spec: Mapping[str, Any] | None = None) -> Pod:
     """A pod of neither a job nor a service, bound to ``node``; ``spec`` overrides its pod spec."""
-    body = {"metadata": {"name": name, "namespace": ns, "creationTimestamp": iso(NOW - 100)},
-            "spec": dict(spec) if spec is not None else
-            {"containers": [{"name": "c", "image": "x", "resources": {"limits": {resource: str(gpus)}}}]},
-            "status": {"phase": phase}}
-    if node:
-        body["spec"]["nodeName"] = node
-    return pod_from_k8s(body)
+    pod = b.Pod(name).ns(ns).on(node).gpus(gpus, resource).phase(phase)
+    if spec is not None:
+        pod.spec(spec)
+    return pod.record()
 
 
 def snapshot(pools=(), nodes=(), pods=(), jobs=(), services=(), storage_classes=("standard",), claims=None) -> Snapshot:

@@ -14,6 +14,7 @@ import json
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+import builders as b
 from kubeforge.api import TrainingJobSpec
 from kubeforge.lifecycle import TrainingContext, TrainingPlan, plan_training
 from kubeforge.objects import GANG_GATE, Node, Pod, TrainingJobRecord, record_from_k8s
@@ -23,34 +24,20 @@ T0 = NOW - 3600.0
 NAME, NS = "llm", "team-a"
 GENERATION = 3
 SPOT, OD = "h100-spot", "h100-od"
+CHECKPOINT = {"size": "10Gi", "accessModes": ["ReadWriteMany"], "mountPath": "/checkpoints", "deletionPolicy": "Retain"}
+FAILURE_POLICY = {"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600, "preemptionsBeforeFallback": 2}
 
 
 def job_body(replicas: int = 2, gpus: int = 8, status: Mapping[str, Any] | None = None,
              generation: int = GENERATION, **spec_overrides: Any) -> dict[str, Any]:
-    """A TrainingJob body as a user writes it (the model applies the defaults);
-    ``spec_overrides`` replace spec keys (``failurePolicy=...``, ``suspend=True``...)."""
-    spec: dict[str, Any] = {
-        "pools": [SPOT, OD],
-        "replicas": replicas,
-        "gpusPerReplica": gpus,
-        "topology": {"mode": "Required", "level": "nvlink"},
-        "checkpoint": {"size": "10Gi", "accessModes": ["ReadWriteMany"], "mountPath": "/checkpoints",
-                       "deletionPolicy": "Retain"},
-        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600,
-                          "preemptionsBeforeFallback": 2},
-        "suspend": False,
-        "priority": 0,
-        "template": {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}]}},
-    }
-    spec.update(spec_overrides)
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": NAME, "namespace": NS, "generation": generation, "resourceVersion": "100",
-                     "creationTimestamp": "2027-01-15T06:00:00Z"},
-        "spec": spec,
-        "status": copy.deepcopy(dict(status)) if status is not None else {},
-    }
+    """A TrainingJob body as a user writes it (the model applies the defaults), without a
+    uid (:func:`record` gives it one); ``spec_overrides`` replace spec keys
+    (``failurePolicy=...``, ``suspend=True``...)."""
+    return (b.TrainingJob(NAME).ns(NS).uid(None).generation(generation).resource_version("100")
+            .created("2027-01-15T06:00:00Z").pools(SPOT, OD).replicas(replicas).gpus(gpus)
+            .topology("Required", "nvlink").checkpoint(CHECKPOINT)
+            .spec(failurePolicy=copy.deepcopy(FAILURE_POLICY), suspend=False).status(status)
+            .spec(**spec_overrides).body())
 
 
 def record(body: Mapping[str, Any]) -> TrainingJobRecord:
