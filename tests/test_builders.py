@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from kubeforge.api import InferenceServiceSpec, TrainingJobSpec
+from kubeforge.api import TrainingJobSpec
 from kubeforge.builders.common import owner_reference
 from kubeforge.objects import condition, conditions_equal, parse_time, rfc3339, set_condition
 from kubeforge.builders.serving import (
@@ -27,6 +27,8 @@ from kubeforge.objects import (
     pod_from_k8s, pvc_name, record_from_k8s, slice_name, worker_hostname, worker_pod_name,
 )
 from kubeforge.placement import TopologyLevel
+
+import builders
 
 NAME, NS = "llm", "team-a"
 NODES = ("n0", "n1", "n2", "n3")
@@ -50,16 +52,12 @@ def job_body(replicas=4, gpus=8, containers=None, checkpoint=None, template_extr
     tspec = {"containers": _with_images(containers) if containers is not None else
              [{"name": "trainer", "image": "pytorch:2", "env": [{"name": "USER_VAR", "value": "1"}]}]}
     tspec.update(template_extra or {})
-    spec = {
-        "pools": ["h100"], "replicas": replicas, "gpusPerReplica": gpus,
-        "topology": {"mode": "Required", "level": "nvlink"}, "checkpoint": ck,
-        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600, "preemptionsBeforeFallback": 2},
-        "suspend": False, "priority": 0,
-        "template": {"metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}}, "spec": tspec},
-    }
-    spec.update(spec_overrides)
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": NAME, "namespace": NS, "generation": 1}, "spec": spec}
+    return (builders.TrainingJob(NAME).ns(NS).uid(None).resource_version(None).pools("h100").replicas(replicas)
+            .gpus(gpus).topology("Required", "nvlink").checkpoint(ck)
+            .spec(failurePolicy={"maxRestarts": 3, "backoffSeconds": 10, "maxBackoffSeconds": 600,
+                                 "preemptionsBeforeFallback": 2}, suspend=False)
+            .template({"metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}}, "spec": tspec})
+            .spec(**spec_overrides).body())
 
 
 def record(body):
@@ -506,16 +504,10 @@ def svc_record(gpus=2, port=8000, containers=None, template_extra=None, name="ch
     tspec = {"containers": containers or [{"name": "vllm", "image": "vllm/vllm-openai:v0.6",
                                            "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B"]}],
              **(template_extra or {})}
-    spec = {"pools": ["h100"], "port": port, "template": {"metadata": {"labels": {"app": "chat"}}, "spec": tspec},
-            **spec_extra}
-    if gpus is not None:
-        spec["gpusPerReplica"] = gpus
-    body = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": "ml", "uid": "u1", "generation": 1}, "spec": spec}
-    body["metadata"]["uid"] = "u-" + hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:10]
-    rec = record_from_k8s(InferenceServiceSpec, body)
-    assert rec.spec is not None, rec.spec_error
-    return rec
+    svc = (builders.InferenceService(name).ns("ml").pools("h100").gpus(gpus).spec(port=port, **spec_extra)
+           .template({"metadata": {"labels": {"app": "chat"}}, "spec": tspec}))
+    spec = svc.body()["spec"]  # a distinct uid per distinct spec (specs are parsed once per uid and generation)
+    return svc.uid("u-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]).record()
 
 
 GROUP = GroupRecord(index=3, attempt=2, pool="h100", nodes=("n0", "n1"), gpus_per_pod=8, level="nvlink", domain="nvl-a")

@@ -13,7 +13,6 @@ waiting gang; ``plan_admission`` decides. Whatever it decides:
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -22,10 +21,9 @@ from hypothesis import strategies as st
 from kubeforge.admission import (
     HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, build_ledger, gang_request, plan_admission, pool_view, quota_book,
 )
-from kubeforge.api import GPUPoolSpec
-from kubeforge.objects import record_from_k8s
 from kubeforge.placement import Placement, place_gang
 
+import builders as b
 from records import GPU, NOW, iso, mk_job, mk_node, placed, snapshot
 
 TEAMS = {"a": "team-a", "b": "team-b"}  # namespace "c" is in no quota
@@ -38,12 +36,8 @@ def pool_record(nominal_a: int, nominal_b: int, limit_a, limit_b, within: str, r
         if limit is not None:
             q["borrowingLimitGPUs"] = limit
         quotas.append(q)
-    # A fresh uid per pool: specs are parsed once per (uid, generation), as the operator does.
-    body = {"metadata": {"name": "p", "uid": f"pool-{uuid.uuid4().hex}", "generation": 1},
-            "spec": {"quotas": quotas, "preemption": {"withinQuota": within, "reclaimQuota": reclaim}}}
-    rec = record_from_k8s(GPUPoolSpec, body)
-    assert rec.spec is not None, rec.spec_error
-    return rec
+    # The builder gives each pool a fresh uid: specs are parsed once per (uid, generation), as the operator does.
+    return b.GPUPool("p").quotas(quotas).preemption({"withinQuota": within, "reclaimQuota": reclaim}).record()
 
 
 job_shape = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3), st.sampled_from([(1, 4), (1, 8), (2, 4), (2, 8)]),

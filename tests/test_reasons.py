@@ -21,13 +21,13 @@ from prometheus_client import REGISTRY
 
 import kubeforge
 from kubeforge.admission import JobView, Snapshot, plan_admission
-from kubeforge.api import GPUPoolSpec, TrainingJobSpec
 from kubeforge.objects import rfc3339
 from kubeforge.lifecycle import CreateError, RestartCause, TrainingPlan
 from kubeforge.objects import (
     ADMITTED, CREATE_FAILED, FAILED, INVALID_SPEC, PREEMPTED, QUOTA_EXCEEDED, STARTUP_FAILURE_REASONS, STARTUP_TIMEOUT,
-    UNSCHEDULABLE, WORKER_FAILED, Node, Pod, record_from_k8s, refusal_reason,
+    UNSCHEDULABLE, WORKER_FAILED, Node, Pod, refusal_reason,
 )
+import builders as b
 from training_builders import NOW, admitted, job, nodes, placement, plan, pod, pods, restarts
 
 PACKAGE = Path(kubeforge.__file__).parent
@@ -230,26 +230,15 @@ def test_the_runtime_counts_restarts_from_the_plan(cause, reason, metric, labels
 
 
 def _pool(name: str, quotas: list[dict]) -> object:
-    body = {"metadata": {"name": name, "uid": f"pool-{name}", "generation": 1, "creationTimestamp": rfc3339(NOW - 86400)},
-            "spec": {"quotas": quotas}, "status": {}}
-    return record_from_k8s(GPUPoolSpec, body)
+    return b.GPUPool(name).uid(f"pool-{name}").quotas(quotas).record()
 
 
 def _job(name: str, pools: list[str], gpus: int = 8, ns: str = "team-a"):
-    body = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": name, "namespace": ns, "uid": f"job-{name}", "generation": 1, "resourceVersion": "1",
-                         "creationTimestamp": rfc3339(NOW - 600)},
-            "spec": {"pools": pools, "replicas": 1, "gpusPerReplica": gpus, "topology": {"mode": "None"},
-                     "template": {"spec": {"containers": [{"name": "trainer", "image": "pytorch:2"}]}}},
-            "status": {}}
-    rec = record_from_k8s(TrainingJobSpec, body)
-    assert rec.spec is not None, rec.spec_error
-    return rec
+    return b.TrainingJob(name).ns(ns).uid(f"job-{name}").pools(*pools).gpus(gpus).record()
 
 
 def _node(name: str, gpus: int = 8) -> Node:
-    res = {"nvidia.com/gpu": gpus}
-    return Node(name=name, allocatable=dict(res), capacity=dict(res))
+    return b.Node(name).gpus(gpus).record()
 
 
 @pytest.mark.parametrize("pools, reason", [

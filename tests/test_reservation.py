@@ -13,9 +13,8 @@ from kubeforge.admission import (
     AdmissionMemo, AdmissionRules, QueueingStrategy, expected_end, own_end, plan_admission,
 )
 from kubeforge.objects import CAPACITY_RESERVED, WAITING_FOR_CAPACITY
-from kubeforge.api import GPUPoolSpec
-from kubeforge.objects import record_from_k8s
-from records import CLIQUE, NOW, iso, mk_job, mk_node, mk_service, placed, pool_body, snapshot, view
+import builders as b
+from records import CLIQUE, NOW, iso, mk_job, mk_node, mk_service, placed, snapshot, view
 
 REQUIRED = {"mode": "Required", "level": "nvlink"}
 
@@ -27,12 +26,8 @@ def fleet(cliques: int = 2, per: int = 2) -> list:
 
 def pool(reservations: dict | None = None):
     """The pool ``p`` over :func:`fleet`'s NVLink domains, with ``spec.reservations`` when given."""
-    body = pool_body("p", levels=[("nvlink", CLIQUE)])
-    if reservations is not None:
-        body["spec"]["reservations"] = reservations
-    rec = record_from_k8s(GPUPoolSpec, body)
-    assert rec.spec is not None, rec.spec_error
-    return rec
+    pool = b.GPUPool("p").levels(("nvlink", CLIQUE))
+    return (pool.spec(reservations=reservations) if reservations is not None else pool).record()
 
 
 def running(name: str, node: str, *, eta: float | None = None, limit: int | None = None, since: float = NOW - 600,
