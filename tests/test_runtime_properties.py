@@ -26,12 +26,14 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import builders
 from fakekube import FakeKube
 from kubeforge.admission import build_ledger
 from kubeforge.objects import groups_of, placement_of, pod_requests
 from kubeforge.runtime.admission import admission_round
 from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.training import reconcile_job
+from records import submitted
 
 GPU = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -40,31 +42,26 @@ NODES = [f"n{i}" for i in range(6)]
 
 
 def node(name: str, clique: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {CLIQUE: clique, "pool": "p"}},
-            "spec": {}, "status": {"allocatable": {GPU: "8", "cpu": "96", "memory": "1Ti"},
-                                  "capacity": {GPU: "8", "cpu": "96", "memory": "1Ti"},
-                                  "conditions": [{"type": "Ready", "status": "True"}]}}
+    return builders.Node(name).labels({CLIQUE: clique, "pool": "p"}).body()
 
 
 def job(name: str, replicas: int, gpus: int, required: bool) -> dict:
-    topo = {"mode": "Required", "level": "nvlink"} if required else {"mode": "None"}
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name, "namespace": NS},
-            "spec": {"pools": ["p"], "replicas": replicas, "gpusPerReplica": gpus, "topology": topo,
-                     "checkpoint": {"existingClaimName": "ckpt"},
-                     "template": {"spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}}}
+    topo = ("Required", "nvlink") if required else ("None",)
+    return submitted(builders.TrainingJob(name).ns(NS).replicas(replicas).gpus(gpus).topology(*topo)
+                     .checkpoint({"existingClaimName": "ckpt"})
+                     .template({"spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}).body())
 
 
 def service(name: str, replicas: int, big: bool) -> dict:
-    spec = {"pools": ["p"], "minReplicas": replicas, "maxReplicas": replicas, "drainSeconds": 0,
-            "autoscaling": {"prometheusURL": "http://127.0.0.1:1"},  # refused: no metric, the count holds
-            "template": {"spec": {"containers": [{"name": "vllm", "image": "v:1", "command": ["vllm", "serve", "m"]}]}}}
+    svc = (builders.InferenceService(name).ns(NS)
+           .spec(minReplicas=replicas, maxReplicas=replicas, drainSeconds=0,
+                 autoscaling={"prometheusURL": "http://127.0.0.1:1"})  # refused: no metric, the count holds
+           .template({"spec": {"containers": [{"name": "vllm", "image": "v:1", "command": ["vllm", "serve", "m"]}]}}))
     if big:
-        spec.update(parallelism={"tensor": 8, "pipeline": 2}, topology={"mode": "Required", "level": "nvlink"})
+        svc.gpus(None).spec(parallelism={"tensor": 8, "pipeline": 2}).topology("Required", "nvlink")
     else:
-        spec["gpusPerReplica"] = 2
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+        svc.gpus(2)
+    return submitted(svc.body())
 
 
 async def world() -> FakeKube:
