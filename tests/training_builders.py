@@ -1,7 +1,9 @@
 """Small builders shared by the TrainingJob lifecycle tests (test_lifecycle*.py).
 
-A job record is built from a dict the way the operator builds it from a watch event
-(``record_from_k8s(TrainingJobSpec, body)``: the spec parsed once, API defaults applied); pods
+A job body is ``tests/builders.py``'s TrainingJob with these tests' defaults (two spot/on-demand
+pools, NVLink required, a checkpoint, a failure policy), and its record is made the way the
+operator makes it from a watch event (``record_from_k8s(TrainingJobSpec, body)``: the spec
+parsed once, API defaults applied); pods
 are :class:`kubeforge.objects.Pod` and nodes :class:`kubeforge.objects.Node` values, and one
 call runs the decision with a :class:`kubeforge.lifecycle.TrainingContext`.
 """
