@@ -57,18 +57,25 @@ class QueueBook:
         """The gang a StrictFIFO pool waits behind, or None."""
         return self.blockers.get(pool)
 
-    def usable(self, view: PoolView, job: JobView, taken: Mapping[str, int]) -> Mapping[str, int]:
-        """``taken`` plus what the pool's reservations hold against ``job``: every reservation
-        whose start comes before the job's own end (:func:`own_end`; no time limit: all of them)."""
+    def holding(self, view: PoolView, job: JobView) -> tuple[int, ...]:
+        """Which of the pool's reservations so far hold against ``job`` (indices in its list, which
+        only grows within a round): every one whose start comes before the job's own end
+        (:func:`own_end`; no time limit: all of them). Two gangs with the same answer and the same
+        ``taken`` see the same free GPUs (:meth:`usable`)."""
         mine = self.reservations.get(view.name)
         if not mine:
-            return taken
+            return ()
         end = own_end(job, self.now)
-        holds = [r for r in mine if end is None or end > r.start]
-        if not holds:
+        return tuple(i for i, r in enumerate(mine) if end is None or end > r.start)
+
+    def usable(self, view: PoolView, job: JobView, taken: Mapping[str, int]) -> Mapping[str, int]:
+        """``taken`` plus what the pool's reservations hold against ``job`` (:meth:`holding`)."""
+        holding = self.holding(view, job)
+        if not holding:
             return taken
+        mine = self.reservations[view.name]
         out = dict(taken)
-        for r in holds:
+        for r in (mine[i] for i in holding):
             for n, g in r.held.items():
                 out[n] = out.get(n, 0) + g
         return out

@@ -69,11 +69,17 @@ class AdmissionRules:
         queueing: One queueing strategy for every pool (``e2e/bench/backfill.py`` compares
             BestEffortFIFO, StrictFIFO and Backfill on the same arrivals), or None: each pool's
             own, from its ``spec.reservations`` (:func:`~kubeforge.admission.pool_strategy`).
+        memo_fits: Whether a round remembers each "no room" answer of the plain fit and gives
+            it again, without placing, to a later gang of the same request in the same pool while
+            nothing in the pool's GPU resource was promised or released since and the same
+            reservations hold against it (:meth:`Round.fit`): the same inputs, so the same answer.
+            False: every gang is placed (the same plan, more CPU; tests compare the two).
     """
 
     entry_order: Callable[[Sequence[PendingGang], Callable[[PendingGang], bool]], list[PendingGang]] = entry_order
     choose_victims: Callable[..., tuple[list[Victim], Placement] | None] = choose_victims
     queueing: QueueingStrategy | None = None
+    memo_fits: bool = True
 
 
 @dataclass
@@ -92,6 +98,8 @@ class Round:
     rules: AdmissionRules = field(default_factory=AdmissionRules)
     reserved_before: Mapping[Key, frozenset[str]] = field(default_factory=dict)
     queue: QueueBook = field(init=False)
+    versions: dict[str, int] = field(default_factory=dict)  # per resource: moves with every change of taken
+    nofits: dict[tuple, NoFit] = field(default_factory=dict)  # the round's "no room" answers (see fit)
 
     def __post_init__(self) -> None:
         self.queue = QueueBook(self.snapshot, self.views, self.now, self.rules.queueing, previous=self.reserved_before)
@@ -110,6 +118,7 @@ class Round:
                 self._add(view.resource, by_node)
 
     def _add(self, resource: str, by_node: Mapping[str, int], sign: int = 1) -> None:
+        self.versions[resource] = self.versions.get(resource, 0) + 1  # every "no room" answer of it is stale
         into = self.taken.setdefault(resource, {})
         for n, g in by_node.items():
             into[n] = into.get(n, 0) + sign * g
@@ -191,7 +200,7 @@ class Round:
                 over_quota = True
                 notes.append(f"pool {name}: {refusal}" if len(pools) > 1 else refusal)
                 continue
-            result = place_gang(req, view.nodes, view.levels, self.queue.usable(view, job, self.taken[view.resource]))
+            result = self.fit(job, req, view)
             if isinstance(result, Placement):
                 self._admit(job, name, result)
                 return Admit(job.key, name, result)
@@ -213,6 +222,31 @@ class Round:
             return Wait(job.key, QUOTA_EXCEEDED, "; ".join(notes))
         reason = UNSCHEDULABLE if permanent_everywhere and tried and tried[-1] == pools[-1] else WAITING_FOR_CAPACITY
         return Wait(job.key, reason, "; ".join(notes))
+
+    def fit(self, job: JobView, request: GangRequest, view: PoolView) -> Placement | NoFit:
+        """:func:`~kubeforge.placement.place_gang` of ``request`` for ``job`` in ``view`` against
+        what the round has taken so far and the reservations that hold against the job.
+
+        Within a round a :class:`~kubeforge.placement.NoFit` is remembered under the pool, the
+        request (replicas, GPUs, topology, tolerations, node filter, needs: the whole
+        :class:`~kubeforge.placement.GangRequest`), the version of the resource's ``taken``
+        (:meth:`_add` moves it on every promise, nomination or release) and which reservations
+        hold against the job (:meth:`QueueBook.holding`): a later gang with the same key has
+        exactly the same inputs, so it gets the same answer (its reason and message included)
+        without the O(nodes) search. Only the plain fit is skipped: the caller still tries
+        preemption and reservations for it. Off with ``rules.memo_fits=False``.
+        """
+        taken = self.taken[view.resource]
+        if not self.rules.memo_fits:
+            return place_gang(request, view.nodes, view.levels, self.queue.usable(view, job, taken))
+        key = (view.name, request, self.versions.get(view.resource, 0), self.queue.holding(view, job))
+        hit = self.nofits.get(key)
+        if hit is not None:
+            return hit
+        result = place_gang(request, view.nodes, view.levels, self.queue.usable(view, job, taken))
+        if isinstance(result, NoFit):
+            self.nofits[key] = result
+        return result
 
     @staticmethod
     def _request(job: JobView, request: GangRequest, view: PoolView) -> GangRequest:
