@@ -108,3 +108,20 @@ def test_the_targets_compare_backfill_with_each_baseline(capsys):
     assert "p95 <= 0.3 x BestEffortFIFO's: 17 vs 100 min (0.17x) -> met" in out
     assert "79.0% vs 80.0% (+1.0 points lower) -> met" in out
     assert "0 of 1 do -> met" in out
+
+
+def test_the_gang_log_follows_each_large_gang_through_the_real_core():
+    import io
+
+    from e2e.bench.backfill.gangs import GangLog
+
+    mix = Mix(nodes=16, hours=2.0, small_load=0.9, large_every=40.0)
+    tiny = load_jobs(cli.parse_args([]).trace, mix, 3)
+    out = io.StringIO()
+    log = GangLog(16, out=out)
+    log.work = {j.name: j.work for j in tiny}
+    r = simulate(tiny, 16, QueueingStrategy.BACKFILL, 2.0, 1.0, step=300.0, tag="g-", observe=log)
+    text = out.getvalue()
+    started = sorted(n for n in r.large if r.waits[n] is not None)
+    assert started and all(f" {n} STARTED on ['b0']" in text for n in started)
+    assert all(log.bound[n] >= 0 for n in log.bound) and set(log.bound) <= r.large

@@ -7,8 +7,9 @@ one queueing strategy for the pool (:class:`kubeforge.admission.AdmissionRules` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from kubeforge.admission import AdmissionMemo, AdmissionRules, JobView, QueueingStrategy, Snapshot, plan_admission
+from kubeforge.admission import AdmissionMemo, AdmissionPlan, AdmissionRules, JobView, QueueingStrategy, Snapshot, plan_admission
 
 from e2e.bench.backfill.workload import NS, POOL, Job, fleet, job_record, pool_record
 from e2e.bench.lib.replay import T0
@@ -53,9 +54,12 @@ class Result:
 
 
 def simulate(jobs: list[Job], nodes: int, strategy: QueueingStrategy, hours: float, drain_hours: float,
-             step: float = 60.0, reservations: dict | None = None, tag: str = "") -> Result:
+             step: float = 60.0, reservations: dict | None = None, tag: str = "",
+             observe: Callable[[float, AdmissionPlan, dict], None] | None = None) -> Result:
     """Replay ``jobs`` (fresh copies are made) under ``strategy`` for ``hours`` of arrivals plus
-    ``drain_hours``; ``reservations``: the pool's ``spec.reservations`` (None: the API's defaults)."""
+    ``drain_hours``; ``reservations``: the pool's ``spec.reservations`` (None: the API's defaults);
+    ``observe(now, plan, views)``: called after each round's plan, before its admissions apply (the
+    gang log, :mod:`e2e.bench.backfill.gangs`)."""
     jobs = [j.fresh() for j in jobs]
     nodes_ = fleet(nodes)
     pool = pool_record(reservations)
@@ -86,6 +90,8 @@ def simulate(jobs: list[Job], nodes: int, strategy: QueueingStrategy, hours: flo
             if j.report_every is not None:  # its reports move its progress
                 show(j, now)
         plan = plan_admission(Snapshot(pools={POOL: pool}, nodes=nodes_, jobs=views), now, memo, rules)
+        if observe is not None:
+            observe(now, plan, views)
         res.rounds += 1
         res.reserved += bool(plan.reservations)
         for a in plan.admit:
