@@ -53,6 +53,7 @@ class Life:
     early_after: float = 0.0
     done_action: bool = False
     node: str = ""  # the node this life's taint holds, until its preemption shows
+    interruptions: int = 0  # preemptions when a 'fail' step failed a pod
 
 
 @dataclass
@@ -230,7 +231,12 @@ class Driver:
             if self._count(job, "preemptions") > life.mark and self._running(life, job, pods) is not None:
                 self._finish(life, now)
         elif life.state == "wait-failed":
-            if self._count(job, "failures") > life.mark and self._running(life, job, pods) is not None:
+            # A pod failed on a node another life tainted (or deleted) at the same time is part of
+            # that interruption, counted as a preemption, not a failure (the core's interruption
+            # rule): either count moving on ends the step.
+            moved = (self._count(job, "failures") > life.mark
+                     or self._count(job, "preemptions") > life.interruptions)
+            if moved and self._running(life, job, pods) is not None:
                 self._finish(life, now)
         elif life.state == "wait-succeeded":
             if st.get("phase") == "Succeeded":
@@ -260,7 +266,7 @@ class Driver:
             if self._call(life, "disrupt", lambda: self.kube.strategic(pods_path(ns, vname) + "/status", {"status": {"conditions": [cond]}})):
                 self._go(life, "wait-preempted", now)
         elif life.action == "fail":
-            life.mark = self._count(job, "failures")
+            life.mark, life.interruptions = self._count(job, "failures"), self._count(job, "preemptions")
             if self._call(life, "fail", lambda: self.kube.merge(pods_path(ns, vname) + "/status", _terminated("Failed", 1))):
                 self._go(life, "wait-failed", now)
         elif life.action == "succeed":
