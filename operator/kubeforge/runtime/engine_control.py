@@ -29,6 +29,7 @@ from typing import Awaitable, Callable, Protocol, runtime_checkable
 import httpx
 
 from kubeforge.objects import Pod
+from kubeforge.runtime.http_client import LazyHttpClient
 
 __all__ = ["ENGINE_CALL_TIMEOUT", "ENGINE_READ_TIMEOUT", "EngineCalls", "EngineControl", "FakeEngineControl",
            "HttpEngineControl"]
@@ -64,8 +65,8 @@ class EngineControl(Protocol):
         """``GET /is_sleeping``'s ``is_sleeping``; None when it cannot be read."""
 
 
-class HttpEngineControl:
-    """:class:`EngineControl` over HTTP, with one client for the process.
+class HttpEngineControl(LazyHttpClient):
+    """:class:`EngineControl` over HTTP, with one client for the process (:class:`LazyHttpClient`).
 
     Args:
         base_url: Where every engine is reached instead of its pod's IP (the simulator's
@@ -78,18 +79,7 @@ class HttpEngineControl:
                  call_timeout: float = ENGINE_CALL_TIMEOUT) -> None:
         self.base_url = base_url.rstrip("/") if base_url else None
         self.read_timeout, self.call_timeout = read_timeout, call_timeout
-        self._client: httpx.AsyncClient | None = None
-
-    async def start(self) -> None:
-        """Open the HTTP client (once; a call before it opens it too)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient()
-
-    async def close(self) -> None:
-        """Close the HTTP client."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        super().__init__()
 
     def url(self, pod: Pod, port: int, path: str) -> str | None:
         """The URL of ``path`` on ``pod``'s engine, or None (no IP and no base URL)."""
@@ -101,10 +91,9 @@ class HttpEngineControl:
         url = self.url(pod, port, path)
         if url is None:
             return "the pod has no IP"
-        await self.start()
-        assert self._client is not None
+        client = await self.client()
         try:
-            return await self._client.request(method, url, timeout=timeout)
+            return await client.request(method, url, timeout=timeout)
         except httpx.TimeoutException:
             return f"timeout after {timeout:g}s"
         except httpx.HTTPError as e:

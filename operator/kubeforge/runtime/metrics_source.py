@@ -37,6 +37,7 @@ from kubeforge.autoscaling.prometheus import (
 )
 from kubeforge.objects import InferenceServiceRecord
 from kubeforge.runtime import prometheus_http
+from kubeforge.runtime.http_client import LazyHttpClient
 
 __all__ = ["PROMETHEUS_TIMEOUT", "FakeMetrics", "MetricsSource", "PrometheusSource", "read_history", "read_queue"]
 
@@ -79,8 +80,9 @@ class MetricsSource(Protocol):
         when there is no answer."""
 
 
-class PrometheusSource:
-    """:class:`MetricsSource` over Prometheus' HTTP API, with one HTTP client for the process.
+class PrometheusSource(LazyHttpClient):
+    """:class:`MetricsSource` over Prometheus' HTTP API, with one HTTP client for the process
+    (:class:`~kubeforge.runtime.http_client.LazyHttpClient`).
 
     Args:
         timeout: Seconds for each request (:data:`PROMETHEUS_TIMEOUT`).
@@ -88,43 +90,27 @@ class PrometheusSource:
 
     def __init__(self, timeout: float = PROMETHEUS_TIMEOUT) -> None:
         self.timeout = timeout
-        self._client: httpx.AsyncClient | None = None
-
-    async def start(self) -> None:
-        """Open the HTTP client (once; a read before it opens it as well)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient()
-
-    async def close(self) -> None:
-        """Close the HTTP client; a later read opens a new one."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-
-    async def _http(self) -> httpx.AsyncClient:
-        await self.start()
-        assert self._client is not None
-        return self._client
+        super().__init__()
 
     async def scalar(self, url: str, promql: str) -> QueryResult:
         """See :meth:`MetricsSource.scalar` (:func:`~kubeforge.runtime.prometheus_http.query_scalar`)."""
-        return await prometheus_http.query_scalar(await self._http(), url, promql, timeout=self.timeout)
+        return await prometheus_http.query_scalar(await self.client(), url, promql, timeout=self.timeout)
 
     async def signals(self, url: str, namespace: str, service: str, *, percentile: float = 90.0,
                       window_seconds: float = 60.0) -> Signals:
         """See :meth:`MetricsSource.signals` (:func:`~kubeforge.runtime.prometheus_http.read_signals`)."""
-        return await prometheus_http.read_signals(await self._http(), url, namespace, service, percentile=percentile,
+        return await prometheus_http.read_signals(await self.client(), url, namespace, service, percentile=percentile,
                                                   window_seconds=window_seconds, timeout=self.timeout)
 
     async def running_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
         """See :meth:`MetricsSource.running_by_pod`."""
-        return await prometheus_http.running_by_pod(await self._http(), url, namespace, service, self.timeout)
+        return await prometheus_http.running_by_pod(await self.client(), url, namespace, service, self.timeout)
 
     async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
         """See :meth:`MetricsSource.history` (``GET /api/v1/query_range``)."""
         target, params = range_request(url, promql, start, end, step, self.timeout)
         try:
-            resp = await (await self._http()).get(target, params=params, timeout=self.timeout)
+            resp = await (await self.client()).get(target, params=params, timeout=self.timeout)
         except (httpx.HTTPError, OSError, ValueError):
             return None
         return parse_range_response(resp.status_code, resp.text)
