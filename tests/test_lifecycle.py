@@ -5,7 +5,7 @@ operator does, Pods and Nodes of the shared object model, and one TrainingContex
 states one rule. The rules new in the rewrite (admission writing the placement, spec change,
 refused creates, the startup timeout, maxPreemptions...) are in test_lifecycle_startup.py;
 the object model's own rules (pod_from_k8s, pod_requests, interruption_reason,
-current_attempt) in test_objects.py; pool fallback, now admission's, in test_pool_fallback.py.
+current_attempt) in test_objects.py; pool fallback, now admission's, in test_admission_plan.py.
 """
 
 from __future__ import annotations

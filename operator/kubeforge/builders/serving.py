@@ -76,7 +76,7 @@ def serving_hash(svc: InferenceServiceRecord) -> str:
     """A short hash of what a group's pods are made from (template, GPUs, parallelism, engine,
     multiNode, port, pools, topology, and sleep mode when standby replicas need it): a group made
     from another one is rolled out. Sleep mode is hashed only when on, so a service without
-    standby replicas hashes as before it existed (tests/test_upgrade.py)."""
+    standby replicas hashes as before it existed (tests/test_builders_spec_hash.py)."""
     spec = svc.spec
     assert spec is not None
     data = spec.model_dump(mode="json", by_alias=True, include={

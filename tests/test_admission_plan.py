@@ -1,5 +1,6 @@
-"""Pool fallback, moved from the lifecycle (``current_pool``) to admission
-(``kubeforge.admission.first_pool_index`` / ``candidate_pools``): preemptions move a job down
+"""Pool fallback in kubeforge.admission's plan (admission/_plan.py: ``first_pool_index``, ``candidate_pools``;
+``plan_admission``'s own rules are in test_admission.py), moved there from the lifecycle
+(``current_pool``): preemptions move a job down
 ``spec.pools``, and so does waiting ``fallbackAfterSeconds`` for room. Ported from
 test_lifecycle.py, plus the waiting rule new in the rewrite."""
 

@@ -1,5 +1,5 @@
-"""The Events that narrate a status write reach the API server whatever happens after it
-(the chaos corpus's ``is-gpus-beyond-any-node`` once saw ``ScalingLimited=True
+"""Held Events (kubeforge.runtime.events and the runtime that posts through it): the Events
+that narrate a status write reach the API server whatever happens after it (the chaos corpus's ``is-gpus-beyond-any-node`` once saw ``ScalingLimited=True
 InsufficientCapacity`` with no Event: a write whose answer was lost, or a failure after it,
 swallowed the Event of a transition the next reconcile no longer saw).
 

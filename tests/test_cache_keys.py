@@ -1,7 +1,8 @@
-"""A TrainingJob and an InferenceService of the same name in one namespace, through the real
+"""How the Cache keys its books (kubeforge.runtime.cache_keys.service_key): a TrainingJob and an
+InferenceService of the same name in one namespace (the "same name" scenario), through the real
 runtime (tests/fakekube.py): neither reads the other's cache entries.
 
-Before the cache keyed the books both kinds use apart (kubeforge.runtime.cache.service_key),
+Before the cache keyed the books both kinds use apart (``service_key``),
 the service's status write became the job's status in the operator's eyes: the next admission
 round saw the running job as unplaced and admitted it a second time, booking another node's
 GPUs for it.

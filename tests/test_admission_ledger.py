@@ -1,6 +1,8 @@
-"""Issue 18, pure core: what kubeforge books is what the pods hold, a gang's own template is
-blamed for what it causes (never another tenant), a namespace being deleted is not a
-preemption, pools say what is wrong with them, and prometheusURL cannot reach the API server.
+"""Booking (issue 18, pure core): the admission ledger (``kubeforge.admission.build_ledger``)
+and the request rules it books by (``kubeforge.objects.pod_requests``). What kubeforge books is
+what the pods hold, a gang's own template is blamed for what it causes (never another tenant), a
+namespace being deleted is not a preemption, pools say what is wrong with them, and
+prometheusURL cannot reach the API server.
 The property test over random templates is tests/test_ledger_properties.py (TEMPLATES, (g)).
 """
 

@@ -1,6 +1,7 @@
-"""Predictive scale-up, the pure half (issue 28, item 2): the forecast one lead time ahead from the
-service's own history, the replicas it needs, and :func:`decide` using it as a floor that never
-scales down. Table-driven, no I/O."""
+"""Predictive scale-up (kubeforge.autoscaling's forecast, autoscaling/_forecast.py), the pure half
+(issue 28, item 2): the forecast one lead time ahead from the service's own history, the
+replicas it needs, and :func:`decide` using it as a floor that never scales down.
+Table-driven, no I/O, but for the last test (the reconcile on a fake cluster)."""
 
 from __future__ import annotations
 

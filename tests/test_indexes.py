@@ -1,6 +1,7 @@
-"""What wakes the loops: the index handlers wake only what a change can matter to
-(kubeforge.runtime.indexes), and the admission loop's safety net slows down when nothing waits
-(kubeforge.runtime.admission.round_interval).
+"""Wake-ups: what wakes the loops. The index handlers (kubeforge.runtime.indexes) wake only what
+a change can matter to, and the admission loop's safety net slows down when nothing waits
+(kubeforge.runtime.admission.round_interval); a burst's admissions are written before any of its
+gangs' pods are made (kubeforge.runtime.training).
 
 The handlers are driven through the fake API server (tests/fakekube.py), which feeds the real
 handlers on every write into stores shaped like kopf's, so the Cache reads what it reads in

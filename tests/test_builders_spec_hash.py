@@ -1,4 +1,5 @@
-"""What an upgrade must leave alone (issue 31): the hashes that running work remembers.
+"""The spec hashes (kubeforge.builders.training.spec_hash, kubeforge.builders.serving.serving_hash):
+what an upgrade must leave alone (issue 31), the hashes that running work remembers.
 
 A TrainingJob's ``status.placement.specHash`` and a serving group's ``templateHash`` are compared
 with the hash of the spec as the operator reads it now (:func:`kubeforge.builders.training.spec_hash`,

@@ -1,4 +1,5 @@
-"""kubeforge's resource-quantity parser against the Kubernetes Python client's, which it replaces
+"""Quantities (kubeforge.objects: ``parse_quantity`` and ``quantity_value``, objects/_node.py):
+kubeforge's resource-quantity parser against the Kubernetes Python client's, which it replaces
 in the operator process (importing ``kubernetes.utils.quantity`` imports the whole synchronous
 client): the same value or the same refusal for every input."""
 
