@@ -12,8 +12,9 @@ operator's own parsers (``record_from_k8s``, ``pod_from_k8s``, ``build_worker_po
     node = b.Node("n0").gpus(8).labels({CLIQUE: "c0"}).record()
 
 Kinds: :class:`TrainingJob`, :class:`InferenceService`, :class:`GPUPool`, :class:`Node`,
-:class:`Pod` (a pod of neither a job nor a service) and :class:`WorkerPod` (a gang worker as
-``build_worker_pod`` makes it). The defaults are those of ``tests/records.py``'s keyword
+:class:`Pod` (a pod of neither a job nor a service), :class:`WorkerPod` (a gang worker as
+``build_worker_pod`` makes it) and :class:`ServingPod` (a pod of an InferenceService's replica
+group as ``build_group_pod`` makes it). The defaults are those of ``tests/records.py``'s keyword
 helpers, now thin wrappers over these. Setters return the builder; ``body()`` is a fresh
 deep copy. The class names clash with ``kubeforge`` ones: import the module, not the names.
 """
@@ -27,10 +28,14 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from kubeforge.api import GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec
+from kubeforge.builders.serving import build_group_pod, serving_hash
 from kubeforge.builders.training import build_worker_pod
 from kubeforge.objects import Node as NodeRecord
 from kubeforge.objects import Pod as PodRecord
-from kubeforge.objects import PlacementRecord, Taint, TrainingJobRecord, placement_of, pod_from_k8s, record_from_k8s
+from kubeforge.objects import (
+    GroupRecord, InferenceServiceRecord, PlacementRecord, Taint, TrainingJobRecord, placement_of, pod_from_k8s,
+    record_from_k8s,
+)
 
 GPU = "nvidia.com/gpu"
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z: every test's clock
@@ -397,3 +402,98 @@ class WorkerPod:
         p = pod_from_k8s(self.body())
         assert self._placement is not None
         return replace(p, node=self._placement.nodes[self._rank] if self._bound else None, **self._changes)
+
+
+class ServingPod:
+    """Worker ``worker`` (0: the leader) of replica group ``group`` of ``svc`` as
+    ``build_group_pod`` makes it, with the labels the operator reads back (``kubeforge.io/
+    group-index``, ``worker-index``, ``restart-attempt``, ``role``, the pool) and the assigned-node
+    annotation. By default: attempt 0, on node ``n<worker>``, bound, Running and Ready, pod IP
+    ``10.0.<group>.<worker>``, created 60 s before NOW, the group in the service's first pool with
+    as many 8-GPU pods as its replica needs (a 16-GPU replica: 2 pods of 8; 2 GPUs: 1 pod of 2),
+    its template hash the service's ``serving_hash``."""
+
+    def __init__(self, svc: InferenceServiceRecord, group: int = 0, worker: int = 0) -> None:
+        assert svc.spec is not None, svc.spec_error
+        gpus = svc.spec.replica_gpus
+        self._svc, self._group, self._worker, self._attempt = svc, group, worker, 0
+        self._pods = max(worker + 1, -(-gpus // 8))
+        self._gpus, self._pool, self._node = gpus // max(1, -(-gpus // 8)), svc.spec.pools[0], f"n{worker}"
+        self._hash, self._resource, self._bound, self._created = serving_hash(svc), GPU, True, NOW - 60
+        self._phase, self._ready, self._ip = "Running", True, f"10.0.{group}.{worker}"
+        self._changes: dict[str, Any] = {}
+
+    def attempt(self, attempt: int) -> ServingPod:
+        """Sets the group's attempt (``kubeforge.io/restart-attempt``, the pod name's last part)."""
+        self._attempt = attempt
+        return self
+
+    def on(self, node: str) -> ServingPod:
+        """Sets the node kubeforge assigned it (and, while bound, ``spec.nodeName``)."""
+        self._node = node
+        return self
+
+    def shape(self, pods: int, gpus: int, resource: str = GPU) -> ServingPod:
+        """Sets the group's shape: ``pods`` a group, ``gpus`` of ``resource`` each."""
+        self._pods, self._gpus, self._resource = pods, gpus, resource
+        return self
+
+    def pool(self, pool: str) -> ServingPod:
+        """Sets the group's GPUPool (the pool label)."""
+        self._pool = pool
+        return self
+
+    def template_hash(self, template_hash: str) -> ServingPod:
+        """Sets the ``kubeforge.io/template-hash`` annotation."""
+        self._hash = template_hash
+        return self
+
+    def created(self, when: float) -> ServingPod:
+        """Sets its creationTimestamp (unix seconds)."""
+        self._created = when
+        return self
+
+    def unbound(self, unbound: bool = True) -> ServingPod:
+        """Leaves it unbound (no ``spec.nodeName``; still assigned its node)."""
+        self._bound = not unbound
+        return self
+
+    def phase(self, phase: str) -> ServingPod:
+        """Sets ``status.phase``."""
+        self._phase = phase
+        return self
+
+    def ready(self, ready: bool = True) -> ServingPod:
+        """Sets whether its Ready condition is True."""
+        self._ready = ready
+        return self
+
+    def ip(self, ip: str | None) -> ServingPod:
+        """Sets ``status.podIP`` (None: none yet)."""
+        self._ip = ip
+        return self
+
+    def changes(self, **fields: Any) -> ServingPod:
+        """Sets :class:`kubeforge.objects.Pod` fields on the record (``deleting=True``, ``exit_code=1``...)."""
+        self._changes.update(fields)
+        return self
+
+    def body(self) -> dict[str, Any]:
+        """The manifest ``build_group_pod`` makes, with a creationTimestamp, a uid, its node
+        when bound and a status (phase, Ready condition, pod IP)."""
+        nodes = tuple(self._node if w == self._worker else f"n{w}" for w in range(self._pods))
+        group = GroupRecord(self._group, self._attempt, pool=self._pool, nodes=nodes, gpus_per_pod=self._gpus)
+        m = build_group_pod(self._svc, group=group, worker=self._worker, pods=self._pods, gpus_per_pod=self._gpus,
+                            template_hash=self._hash, gpu_resource=self._resource)
+        m["metadata"]["creationTimestamp"] = iso(self._created)
+        m["metadata"]["uid"] = f"pod-{next(uids)}"
+        if self._bound:
+            m["spec"]["nodeName"] = self._node
+        m["status"] = {"phase": self._phase, "conditions": [{"type": "Ready", "status": str(self._ready)}],
+                       **({"podIP": self._ip} if self._ip else {})}
+        return m
+
+    def record(self) -> PodRecord:
+        """The :class:`kubeforge.objects.Pod` the index holds for it (``pod_from_k8s``), with
+        :meth:`changes` applied."""
+        return replace(pod_from_k8s(self.body()), **self._changes)

@@ -23,6 +23,7 @@ from kubeforge.lifecycle import TrainingContext, plan_training
 from kubeforge.objects import PlacementRecord, Taint, pod_requests
 from kubeforge.objects._labels import VOLUME_GATE
 
+import builders as b
 from fakekube import pinned_node, settle, small_cluster
 from kubeforge.runtime.admission import admission_round
 from kubeforge.runtime.training import reconcile_job
@@ -172,8 +173,8 @@ def test_foreign_pods_and_serving_groups_hold_their_gpus():
     group = {"index": 0, "attempt": 1, "phase": "Ready", "pool": "p", "nodes": ["n1"], "gpusPerPod": 2}
     svc = mk_service("chat", gpus=2, status={"groups": [group]})
     pool = mk_pool("p")
-    mine = replace(foreign_pod("chat-0-0-1", "n1", 2, ns=NS), service="chat", group=0, attempt=1)
-    old = replace(foreign_pod("chat-0-0-0", "n0", 2, ns=NS), service="chat", group=0, attempt=0, deleting=True)
+    mine = b.ServingPod(svc, 0).attempt(1).on("n1").record()
+    old = b.ServingPod(svc, 0).on("n0").changes(deleting=True).record()
     pods = [foreign_pod("f", "n0", 3), mine, old, foreign_pod("pending", None, 8)]
     led = build_ledger(snapshot([pool], nodes(2), pods=pods, services=[svc]), GPU)
     assert led.per_node == {"n0": 5, "n1": 2}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kubeforge.objects import Pod
+import builders as b
 from kubeforge.runtime.engine_control import EngineCalls, FakeEngineControl, HttpEngineControl
 from kubeforge.sim._sleep import EngineSleep, WakeModel
 from kubeforge.sim.modelserver import ModelServerSim
@@ -30,8 +30,12 @@ def test_an_engine_sleeps_and_wakes_after_the_modelled_time():
     assert e.wake("ns", "p", 23.0) == 0.0 and [c[0] for c in e.calls] == ["sleep", "sleep", "wake", "wake"]
 
 
-def _pod(name="llm-0-0-0", ip="10.0.0.1"):
-    return Pod(namespace="ns", name=name, service="llm", group=0, ip=ip, phase="Running", ready=True)
+LLM = b.InferenceService("llm").ns("ns").record()
+
+
+def _pod(ip="10.0.0.1"):
+    """The leader of group 0 of ``llm`` (pod ``llm-0-0-0``), Running and Ready at ``ip``."""
+    return b.ServingPod(LLM).ip(ip).record()
 
 
 def test_http_engine_control_through_the_simulators_control_url():

@@ -9,11 +9,12 @@ import pytest
 
 from kubeforge.admission import AssumedGroup, GroupShape, group_shape, pool_view
 from kubeforge.objects import rfc3339
-from kubeforge.objects import Node, PlacementRecord, Pod, Taint
+from kubeforge.objects import Node, PlacementRecord, Taint
 from kubeforge.serving import (
     DRAINING, GROUP_FAILED, GROUP_NOT_STARTED, GROUP_RESTARTED, ROLLING_OUT, ServingContext, plan_serving,
 )
-from records import CLIQUE, NOW, NS, mk_node, mk_pool, mk_service
+import builders as b
+from records import CLIQUE, NOW, mk_node, mk_pool, mk_service
 
 TH = "hash-1"
 SHAPE2 = GroupShape(pool="p", pods=2, gpus=8, held=8, level="nvlink", mode="Required")
@@ -35,11 +36,14 @@ def svc(*groups, desired=None, **spec):
     return mk_service("llm", status=st, **spec)
 
 
-def pod(group=0, worker=0, *, attempt=0, phase="Running", ready=True, node=None, **kw):
-    node = node if node is not None else f"n{worker}"
-    return Pod(namespace=NS, name=f"llm-{group}-{worker}-{attempt}", service="llm", group=group, worker=worker,
-               attempt=attempt, phase=phase, ready=ready, node=node if phase != "Pending" or kw.get("bound") else None,
-               assigned=node, ip=f"10.0.{group}.{worker}", **{k: v for k, v in kw.items() if k != "bound"})
+LLM = b.InferenceService("llm").gpus(None).spec(parallelism={"tensor": 8, "pipeline": 2}).record()
+
+
+def pod(group=0, worker=0, *, attempt=0, phase="Running", ready=True, node=None, bound=False, **kw):
+    """Pod ``worker`` of group ``group`` of ``llm`` (2 pods of 8 GPUs), on ``n<worker>`` unless
+    ``node``; a Pending one is unbound unless ``bound``; ``kw``: more Pod record fields."""
+    sp = b.ServingPod(LLM, group, worker).attempt(attempt).on(node or f"n{worker}").phase(phase).ready(ready)
+    return sp.unbound(phase == "Pending" and not bound).changes(**kw).record()
 
 
 def group_pods(group=0, attempt=0, **kw):
