@@ -40,9 +40,10 @@ from typing import Any, Mapping, Sequence
 
 from kubeforge.api import (
     DEFAULT_GPU_RESOURCE_NAME, ENDPOINT_PORT_NAME, ENDPOINTS_ACTIVATOR, ENDPOINTS_LABEL, ENDPOINTS_REPLICAS, Engine,
-    InferenceServiceSpec,
+    InferenceServiceSpec, ModelCachePolicy,
 )
 from kubeforge.builders.common import owner_reference
+from kubeforge.builders.model import add_model
 from kubeforge.objects import (
     ASSIGNED_NODE, GROUP_INDEX, GROUP_ROLE, LEADER_ROLE, POOL_LABEL, RESTART_ATTEMPT, ROLE_LABEL, TEMPLATE_HASH,
     WORKER_INDEX, WORKER_ROLE, WORKERS_SERVICE, GroupRecord, InferenceServiceRecord, group_hostname,
@@ -74,15 +75,18 @@ def sleep_mode(spec: InferenceServiceSpec) -> bool:
 
 def serving_hash(svc: InferenceServiceRecord) -> str:
     """A short hash of what a group's pods are made from (template, GPUs, parallelism, engine,
-    multiNode, port, pools, topology, and sleep mode when standby replicas need it): a group made
-    from another one is rolled out. Sleep mode is hashed only when on, so a service without
-    standby replicas hashes as before it existed (tests/test_builders_spec_hash.py)."""
+    multiNode, port, pools, topology, the model when set, and sleep mode when standby replicas
+    need it): a group made from another one is rolled out. Sleep mode and the model are hashed
+    only when set, so a service without them hashes as before they existed
+    (tests/test_builders_spec_hash.py)."""
     spec = svc.spec
     assert spec is not None
     data = spec.model_dump(mode="json", by_alias=True, include={
         "template", "gpus_per_replica", "parallelism", "engine", "multi_node", "port", "pools", "topology"})
     if sleep_mode(spec):
         data["sleepMode"] = True
+    if spec.model is not None:  # a pod's volume, mount and engine flag come from it
+        data["model"] = spec.model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -152,6 +156,7 @@ def build_group_pod(
     levels: Sequence[TopologyLevel] = (),
     gpu_resource: str = DEFAULT_GPU_RESOURCE_NAME,
     tolerations: Sequence[Mapping[str, Any]] = (),
+    model_cache: ModelCachePolicy | None = None,
 ) -> dict[str, Any]:
     """Pod ``worker`` of ``group``, pinned to ``group.nodes[worker]``.
 
@@ -165,6 +170,8 @@ def build_group_pod(
         levels: The pool's topology levels (to pin the domain label too).
         gpu_resource: The pool's GPU resource.
         tolerations: The pool's tolerations, appended to the template's.
+        model_cache: The pool's ``spec.modelCache`` (None: it caches nothing), for ``spec.model``'s
+            volume, mount and engine flag (:func:`kubeforge.builders.model.add_model`).
 
     Raises:
         IndexError: ``worker`` outside ``group.nodes``.
@@ -179,6 +186,7 @@ def build_group_pod(
     leader = leader_address(name, group.index, ns)
     if worker == 0 and not any(p.get("containerPort") == spec.port for p in main.get("ports") or []):
         main["ports"] = list(main.get("ports") or []) + [{"name": "http", "containerPort": spec.port}]
+    add_model(pod_spec, main, spec, ns, model_cache, worker, pods)  # before engine_command reads the command
     command = engine_command(spec, main, worker, pods, leader)
     if command is not None:
         main["command"], main["args"] = command[:2], command[2:]
