@@ -66,7 +66,7 @@ IMAGE_ARGS ?=
 image: setup
 	bash hack/build-image.sh $(IMAGE_ARGS)
 
-.PHONY: bench-training-burst bench-memory bench-nvl72 bench-scale
+.PHONY: bench-training-burst bench-memory bench-nvl72 bench-scale bench-model-cache
 
 # BENCH_ARGS passes extra flags to a bench, e.g. make bench-training BENCH_ARGS="--cluster my-bench".
 BENCH_ARGS ?=
@@ -140,3 +140,11 @@ bench-reporting: setup tools
 bench-scale: setup
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m e2e.bench.scale $(BENCH_ARGS)
+
+# Issue 29's bench without a cluster: a day of replica scale-ups and scale-downs on 64 nodes beside
+# training gangs, placed by kubeforge with and without cache preference, KServe's LocalModelCache (one
+# fixed node group, cache-blind) and the all-cached bound; start times from kubeforge.sim.weights; PNG
+# and JSON in e2e/results/ (e2e/README-model-cache-bench.md). Measures, asserts nothing.
+bench-model-cache: setup
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python -m e2e.bench.model_cache $(BENCH_ARGS)
