@@ -274,8 +274,22 @@ def test_args_built_from_values(helm):
                       "status_url": f"https://{RELEASE}-kubeforge-status.kubeforge-system.svc:8443",
                       "status_tls_secret": ("kubeforge-system", f"{RELEASE}-kubeforge-status-tls"),
                       "worker_reporting": True, "progress_write_seconds": 30.0, "progress_writes_per_second": 5.0,
-                      "engine_control_url": ""}
+                      "engine_control_url": "", "model_cache": False}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "status": 8443}
+
+
+def test_the_cache_agent_turns_the_operators_model_cache_on(helm):
+    """The operator writes ModelCacheNode specs and mounts node copies only where agents run."""
+    docs = render(helm, "--set", "cacheAgent.enabled=true")
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    from kubeforge.cli import run
+
+    assert run.make_context("run", list(c["args"][1:])).params["model_cache"] is True
+    rules = [
+        r for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == f"{RELEASE}-kubeforge"
+        for r in d["rules"]]
+    assert {"get", "list", "watch", "create", "patch"} <= {
+        v for r in rules if "modelcachenodes" in r["resources"] for v in r["verbs"]}
 
 
 def test_scheduling_values(helm):

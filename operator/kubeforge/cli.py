@@ -70,12 +70,15 @@ def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--engine-control-url", default="", metavar="URL",
               help="Reach every model server's sleep/wake endpoints (warm standby) at URL/engines/NAMESPACE/POD "
                    "instead of the leader pod's IP: the local cluster's model-server simulator. Default: the pods.")
+@click.option("--model-cache/--no-model-cache", default=False, show_default=True,
+              help="Node cache agents run on the pools' nodes (the chart's cacheAgent.enabled): write ModelCacheNode "
+                   "specs, prefer nodes that hold a service's spec.model and mount their copy (docs/serving.md).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
         activator_service: tuple[str, str] | None, status_address: str, status_url: str,
         status_tls_secret: tuple[str, str] | None, worker_reporting: bool, progress_write_seconds: float,
-        progress_writes_per_second: float, engine_control_url: str, verbose: bool) -> None:
+        progress_writes_per_second: float, engine_control_url: str, model_cache: bool, verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -103,7 +106,7 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
                                  status_tls_secret=status_tls_secret, worker_reporting=worker_reporting,
                                  progress_write_seconds=progress_write_seconds,
                                  progress_writes_per_second=progress_writes_per_second,
-                                 engine_control_url=engine_control_url.rstrip("/")))
+                                 engine_control_url=engine_control_url.rstrip("/"), model_cache=model_cache))
     stop = asyncio.Event()
     kopf.run(
         clusterwide=not namespaces,

@@ -83,7 +83,10 @@ def start_operator(c: Cluster, extra_env: dict[str, str] | None = None, args: tu
          "--progress-write-seconds", str(LOCAL_PROGRESS_WRITE_SECONDS),
          # standby replicas' sleep and wake go to the model-server simulator (kwok's pod IPs reach
          # nothing); the simulator listening on this port serves them (engine_control_port)
-         "--engine-control-url", f"http://127.0.0.1:{engines}", *args],
+         "--engine-control-url", f"http://127.0.0.1:{engines}",
+         # the model caches: the local cluster's agents are processes (or threads) beside it
+         # that stand in for the chart's DaemonSet, one a node (tests/test_model_cache_cluster.py)
+         "--model-cache", *args],
         env=env)
     assert pid is not None  # stop_operator removed the pid file
     return pid

@@ -96,6 +96,9 @@ app.kubernetes.io/component: operator
 {{- else }}
 - --status-address=
 {{- end }}
+{{- if .Values.cacheAgent.enabled }}
+- --model-cache
+{{- end }}
 {{- if or .Values.verbose (eq .Values.logLevel "debug") }}
 - --verbose
 {{- end }}

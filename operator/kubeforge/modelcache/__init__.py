@@ -15,8 +15,8 @@ they read.
 
 from ._evict import Held, choose_evictions
 from ._keys import (
-    DOWNLOADING, FAILED, PENDING, READY, READY_MARKER, CacheState, CopyState, cache_key, cache_state, listing_digest,
-    ready_nodes, short_name,
+    DOWNLOADING, FAILED, PENDING, READY, READY_MARKER, CacheState, CopyState, NodeCache, cache_key, cache_state, listing_digest,
+    node_cache_from_k8s, ready_nodes, short_name,
 )
 from ._prefer import Placer, Preferred, place_preferring_cache
 from ._status import group_weights, pool_models
@@ -24,7 +24,7 @@ from ._wants import PoolNodes, Want, keep_warm_nodes, node_specs, pool_wants
 
 __all__ = [
     "DOWNLOADING", "FAILED", "PENDING", "READY", "READY_MARKER",
-    "CacheState", "CopyState", "Held", "Placer", "PoolNodes", "Preferred", "Want",
+    "CacheState", "CopyState", "Held", "NodeCache", "node_cache_from_k8s", "Placer", "PoolNodes", "Preferred", "Want",
     "cache_key", "cache_state", "choose_evictions", "group_weights", "keep_warm_nodes", "listing_digest",
     "node_specs", "place_preferring_cache", "pool_models", "pool_wants", "ready_nodes", "short_name",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kubeforge.api import ModelSource
 
@@ -84,6 +84,28 @@ def cache_state(statuses: Mapping[str, Mapping]) -> dict[str, dict[str, CopyStat
                                              int(m.get("bytes") or 0), m.get("reason"))
         out[node] = copies
     return out
+
+
+@dataclass(frozen=True)
+class NodeCache:
+    """A ModelCacheNode as the operator's index keeps it.
+
+    Attributes:
+        spec: Its ``spec`` as written (what the operator compares its plan with).
+        copies: key -> the copy's state, from its ``status`` (empty before the agent's first write).
+        heartbeat: The agent's last write (``status.heartbeat``, RFC 3339), or None.
+    """
+
+    spec: Mapping[str, Any]
+    copies: Mapping[str, CopyState]
+    heartbeat: str | None = None
+
+
+def node_cache_from_k8s(body: Mapping[str, Any]) -> NodeCache:
+    """The :class:`NodeCache` of a ModelCacheNode object (a dict)."""
+    name = (body.get("metadata") or {}).get("name") or ""
+    status = body.get("status") or {}
+    return NodeCache(dict(body.get("spec") or {}), cache_state({name: status}).get(name, {}), status.get("heartbeat"))
 
 
 def ready_nodes(state: CacheState, key: str) -> frozenset[str]:

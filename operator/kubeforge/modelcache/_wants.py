@@ -29,6 +29,10 @@ class PoolNodes:
         nodes: Its node names, sorted.
         domain: Each node's domain at the widest topology level (keepWarm spreads over them).
         free: Each node's free GPUs (keepWarm picks the emptiest nodes first).
+        kept: Each node's keys that its ModelCacheNode keeps warm now (KeepWarm in its spec);
+            keepWarm keeps those nodes first, so its copies do not move as replicas fill the
+            nodes they sit on.
+        held: Each node's keys with a verified copy (preferred next: no new download).
     """
 
     name: str
@@ -36,6 +40,8 @@ class PoolNodes:
     nodes: Sequence[str]
     domain: Mapping[str, str] = field(default_factory=dict)
     free: Mapping[str, int] = field(default_factory=dict)
+    kept: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    held: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,12 +65,15 @@ class Want:
 
 def keep_warm_nodes(pool: PoolNodes, entry: KeepWarm) -> list[str]:
     """The nodes of ``pool`` that keep ``entry`` warm: all of them, or ``entry.nodes`` spread
-    round-robin over the widest level's domains, the emptiest node of each domain first (ties by
-    name): a keepWarm copy then sits where a replica most likely fits."""
+    round-robin over the widest level's domains, in each domain the nodes that keep it warm now
+    first (a warm copy stays where it is), then those holding a verified copy, then the emptiest
+    (ties by name): a new keepWarm copy then sits where a replica most likely fits."""
     if entry.nodes is None or entry.nodes >= len(pool.nodes):
         return list(pool.nodes)
+    key = cache_key(entry.model, entry.namespace)
     by_domain: dict[str, list[str]] = {}
-    for n in sorted(pool.nodes, key=lambda n: (-pool.free.get(n, 0), n)):
+    for n in sorted(pool.nodes, key=lambda n: (key not in pool.kept.get(n, ()), key not in pool.held.get(n, ()),
+                                               -pool.free.get(n, 0), n)):
         by_domain.setdefault(pool.domain.get(n, ""), []).append(n)
     queues = [by_domain[d] for d in sorted(by_domain)]
     out: list[str] = []

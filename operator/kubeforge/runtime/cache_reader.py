@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterator, Mapping
 
+from kubeforge.modelcache import CopyState, NodeCache
 from kubeforge.objects import (
     ClaimView, ComputeDomainView, DeploymentState, InferenceServiceRecord, Key, Node, Pod, PoolRecord,
     SliceView, TrainingJobRecord,
@@ -166,6 +167,18 @@ class IndexReader:
     def resource_claims(self) -> list[ClaimView]:
         """Every allocated ResourceClaim."""
         return [v for _, v in self._all("kf_resource_claims")]
+
+    def model_caches(self) -> dict[str, Mapping[str, CopyState]]:
+        """Every node's model copies (node -> key -> state), from the ModelCacheNode statuses."""
+        return {k: v.copies for k, v in self._all("kf_model_caches")}  # type: ignore[misc]
+
+    def model_cache_specs(self) -> dict[str, Mapping[str, Any]]:
+        """Every ModelCacheNode's ``spec``, by node."""
+        return {k: v.spec for k, v in self._all("kf_model_caches")}  # type: ignore[misc]
+
+    def model_cache(self, node: str) -> NodeCache | None:
+        """The ModelCacheNode of ``node``, or None."""
+        return self._one("kf_model_caches", node)
 
     def job_compute_domains(self, key: Key) -> list[ComputeDomainView]:
         """The ComputeDomains kubeforge made for the job ``key`` (a scan of that index only: it

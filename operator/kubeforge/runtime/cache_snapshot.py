@@ -79,4 +79,5 @@ class Snapshotter:
             devices=inventory(r.slices()),
             resource_claims=r.resource_claims(),
             device_classes=r.device_classes(),
+            model_caches=r.model_caches(),
         )

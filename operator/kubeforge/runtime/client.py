@@ -72,6 +72,7 @@ RESOURCES: dict[str, Resource] = {
     "TrainingJob": Resource(_OURS, "trainingjobs"),
     "InferenceService": Resource(_OURS, "inferenceservices"),
     "GPUPool": Resource(_OURS, "gpupools", namespaced=False),
+    "ModelCacheNode": Resource(_OURS, "modelcachenodes", namespaced=False),
 }
 
 

@@ -26,8 +26,9 @@ from kubeforge import GROUP, VERSION
 from kubeforge.api import (
     MAX_JOB_NAME_LENGTH, MAX_LABEL_LENGTH, GPUPoolSpec, InferenceServiceSpec, TrainingJobSpec, name_error,
 )
+from kubeforge.modelcache import node_cache_from_k8s
 from kubeforge.objects import (
-    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s,
+    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s, groups_of,
     compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
     slice_from_k8s,
 )
@@ -256,6 +257,24 @@ async def kf_resource_claims(namespace: str, name: str, body: Any, memo: Any, **
     if old != view:
         rt.wake_admission()
     return {(namespace, name): view} if view.allocated else {}
+
+
+@kopf.index(GROUP, VERSION, "modelcachenodes")
+async def kf_model_caches(name: str, body: Any, memo: Any, **_: Any) -> dict:
+    """node name -> :class:`~kubeforge.modelcache.NodeCache` of its ModelCacheNode (issue 29).
+    When a copy's phase or progress changed (not on the agent's heartbeat alone), admission looks
+    again (placement prefers nodes that hold a service's model) and the services with a group
+    on the node are queued (their ``groups[].weights``)."""
+    view = node_cache_from_k8s(body)
+    rt = memo.rt
+    old = rt.cache.model_cache(name)
+    if old is None or old.copies != view.copies:
+        rt.wake_admission()
+        for key, svc in rt.cache.services().items():
+            if svc.spec is not None and svc.spec.model is not None and \
+                    any(name in g.nodes for g in groups_of(svc.status)):
+                rt.queue_service(key)
+    return {name: view}
 
 
 async def kf_compute_domains(namespace: str, name: str, body: Any, memo: Any, **_: Any) -> dict:

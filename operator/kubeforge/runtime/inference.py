@@ -40,9 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeforge import metrics
-from kubeforge.admission import GroupShape, group_request, group_shape, groups_that_fit
+from kubeforge.admission import GroupShape, PoolView, group_request, group_shape, groups_that_fit
 from kubeforge.autoscaling import AutoscalerState, AutoscalingPolicy, Decision, DemandHistory, Signals, decide
 from kubeforge.autoscaling.prometheus import QueryResult, queue_template, render_query
+from kubeforge.api import ModelCachePolicy
+from kubeforge.modelcache import cache_key
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash
 from kubeforge.builders.training import build_workers_service
 from kubeforge.objects import (
@@ -77,6 +79,22 @@ class ServiceMemory:
     slice_written: str | None = None
     history: tuple[float, DemandHistory] | None = None
     engines: EngineCalls = field(default_factory=EngineCalls)
+
+
+def model_key(rt: Runtime, rec: InferenceServiceRecord) -> str | None:
+    """The node caches' key of the service's ``spec.model`` when its pods get it from them
+    (``--model-cache``, a cached scheme), else None."""
+    model = rec.spec.model if rec.spec is not None else None
+    if not rt.options.model_cache or model is None or not model.cached:
+        return None
+    return cache_key(model, rec.namespace)
+
+
+def _cache_policy(rt: Runtime, view: PoolView) -> ModelCachePolicy | None:
+    """The pool's ``spec.modelCache`` when node agents serve it (``--model-cache``), else None:
+    the pods then get no node copy to wait for."""
+    spec = view.record.spec
+    return spec.model_cache if rt.options.model_cache and spec is not None else None
 
 
 def query_for(rec: InferenceServiceRecord) -> str:
@@ -268,7 +286,8 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
         shape=shape, shape_error=None if shape is not None or view is None else str(shaped),
         template_hash=serving_hash(rec), assumed=assumed, load=await _load(rt, rec, pods, d.desired),
         waiting=cache.handoffs.serving_wait_of(key), scaling=ScalingOutcome(d, q, current, mem.capacity_note),
-        sleeping=await read_sleeping(rt, rec, pods),
+        sleeping=await read_sleeping(rt, rec, pods), model_key=model_key(rt, rec),
+        model_caches={n: c.copies for n in names if (c := cache.model_cache(n)) is not None},
     )
     plan = plan_serving(rec, ctx)  # the whole status patch and every Event, the autoscaler's included
     patch = plan.status or {}
@@ -310,7 +329,7 @@ async def _apply(rt: Runtime, rec: InferenceServiceRecord, plan: ServingPlan, ct
             continue
         body = build_group_pod(rec, group=g, worker=worker, pods=len(g.nodes), gpus_per_pod=shape.gpus,
                                template_hash=ctx.template_hash, levels=view.levels, gpu_resource=view.resource,
-                               tolerations=view.tolerations)
+                               tolerations=view.tolerations, model_cache=_cache_policy(rt, view))
         if body["metadata"]["name"] not in made:
             bodies.append(body)
     if bodies:

@@ -13,12 +13,24 @@ from kubeforge import metrics
 from kubeforge.admission import build_ledger, pool_resource, pool_status, pool_view, quota_book
 from kubeforge.objects import conditions_equal
 from kubeforge.objects import JOB_PHASES, READY, TOPOLOGY_READY, WARNING
+from kubeforge.runtime.model_caches import write_node_caches
 from kubeforge.runtime.state import Runtime, every
 from kubeforge.serving import pool_standby_gpus
 
 log = logging.getLogger("kubeforge.pools")
 POOL_STATUS_INTERVAL = 2.0
 GPU_STATES = ("capacity", "allocatable", "allocated", "free", "unavailable")
+
+
+def _models_status(st: dict[str, Any], models: tuple[list[dict[str, Any]], str | None] | None,
+                   prev: dict[str, Any]) -> None:
+    """Put ``status.models`` / ``modelsSummary`` into ``st`` when the pool has a model or had one
+    (then emptied, the summary cleared), so a pool that never caches keeps its status as before."""
+    rows, summary = models or ([], None)
+    if rows or prev.get("models"):
+        st["models"] = rows
+    if summary or prev.get("modelsSummary"):
+        st["modelsSummary"] = summary or ""
 
 
 def same_status(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -32,17 +44,20 @@ async def pool_status_loop(rt: Runtime) -> None:
     await rt.ready.wait()
     last: dict[str, dict[str, Any]] = {}
     views: dict[str, PoolView] = {}
+    refused: dict[str, str] = {}
 
     async def step() -> None:
         await rt.leading.wait()
-        await refresh_pools(rt, last, time.time(), views)
+        await refresh_pools(rt, last, time.time(), views, refused)
 
     await every(POOL_STATUS_INTERVAL, step, "pool status not written", log)
 
 
 async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float,
-                        views: dict[str, PoolView] | None = None) -> None:
-    """Compute and write (when changed) every pool's status; update the gauges.
+                        views: dict[str, PoolView] | None = None, refused: dict[str, str] | None = None) -> None:
+    """Compute and write (when changed) every pool's status and the ModelCacheNode specs
+    (:func:`~kubeforge.runtime.model_caches.write_node_caches`, ``refused`` its memory of
+    refusals); update the gauges.
 
     ``last``: each pool's last status written (updated). ``views``: each pool's view from the
     last call (updated), reused while its spec is equal and its nodes are the same records
@@ -50,16 +65,21 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
     8 % of the operator's CPU in an admission burst."""
     snap = rt.cache.snapshot()
     ledgers = {}
+    fresh: dict[str, PoolView] = {}
     for name, pool in snap.pools.items():
         res = pool_resource(pool)
         if res not in ledgers:
             ledgers[res] = build_ledger(snap, res)
-        view = pool_view(pool, snap.nodes, ledgers[res].per_node, views.get(name) if views is not None else None,
-                         snap.device_classes)
-        if views is not None:
-            views[name] = view
+        fresh[name] = pool_view(pool, snap.nodes, ledgers[res].per_node,
+                                views.get(name) if views is not None else None, snap.device_classes)
+    if views is not None:
+        views.update(fresh)
+    models = await write_node_caches(rt, snap, fresh, refused if refused is not None else {})
+    for name, pool in snap.pools.items():
+        view, res = fresh[name], pool_resource(pool)
         st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
         st["standbyGPUs"] = pool_standby_gpus(snap.services.values(), name)  # issue 28: what standby costs
+        _models_status(st, models.get(name), last.get(name) or pool.status or {})
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
         prev = last.get(name) or dict(pool.status or {})

@@ -65,6 +65,10 @@ class Options:
         engine_control_url: Where the model servers' sleep and wake endpoints are reached
             instead of each leader pod's IP (``--engine-control-url``; the local cluster's
             model-server simulator): ``<url>/engines/<namespace>/<pod>/sleep`` ...; empty: the pods.
+        model_cache: Node agents (``kubeforge cache-agent``, the chart's ``cacheAgent.enabled``)
+            serve the pools' nodes: the operator writes ModelCacheNode specs, prefers nodes that
+            hold a service's ``spec.model`` and mounts the node's copy into its pods. Off: no
+            ModelCacheNode is written and ``spec.model`` mounts only ``pvc://`` sources.
     """
 
     prometheus_allow: tuple[str, ...] = ()
@@ -81,6 +85,7 @@ class Options:
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS
     progress_writes_per_second: float = PROGRESS_WRITES_PER_SECOND
     engine_control_url: str = ""
+    model_cache: bool = False
 
     def reporting_config(self) -> ReportingConfig | None:
         """What worker pods get to report (:mod:`kubeforge.builders.reporting`), or None when

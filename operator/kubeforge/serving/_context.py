@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kubeforge.admission import AssumedGroup, GroupShape
+from kubeforge.modelcache import CacheState
 from kubeforge.objects import DEFAULT_NOT_READY_GRACE, SCHEDULE_TIMEOUT, GroupRecord, Node, Pod
 from kubeforge.serving._status import ScalingOutcome
 
@@ -42,6 +43,10 @@ class ServingContext:
         sleeping: Whether the engine of each Ready group with a standby state sleeps (its
             leader's ``/is_sleeping``, :func:`~kubeforge.serving.engines_to_ask`); a group
             missing here is unknown.
+        model_key: The cache key of the service's ``spec.model`` when its pods get it from the
+            node caches (:func:`kubeforge.modelcache.cache_key`), else None: each group's
+            ``weights`` is then left out.
+        model_caches: The copies on the groups' nodes (ModelCacheNode statuses).
     """
 
     now: float
@@ -59,6 +64,8 @@ class ServingContext:
     namespace_terminating: bool = False
     scaling: ScalingOutcome | None = None
     sleeping: Mapping[int, bool] = field(default_factory=dict)
+    model_key: str | None = None
+    model_caches: CacheState = field(default_factory=dict)
 
 
 @dataclass

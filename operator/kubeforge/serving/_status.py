@@ -18,6 +18,7 @@ from kubeforge.api import GroupPhase
 from kubeforge.autoscaling import Decision
 from kubeforge.autoscaling import reasons as scaling
 from kubeforge.autoscaling.prometheus import QueryResult
+from kubeforge.modelcache import CacheState, group_weights
 from kubeforge.objects import rfc3339, set_condition
 from kubeforge.objects import group_pod_name
 from kubeforge.objects import (
@@ -43,6 +44,10 @@ class _Context(Protocol):
     def shape_error(self) -> str | None: ...
     @property
     def waiting(self) -> tuple[str, str] | None: ...
+    @property
+    def model_key(self) -> str | None: ...
+    @property
+    def model_caches(self) -> CacheState: ...
 
 READY, FAILED, DRAINING_PHASE = GroupPhase.READY.value, GroupPhase.FAILED.value, GroupPhase.DRAINING.value
 STANDBY_PHASE = GroupPhase.STANDBY.value
@@ -71,6 +76,18 @@ def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
     if g.standby is not None:
         out["standby"] = g.standby
     return out
+
+
+def _add_weights(rows: list[dict[str, Any]], groups: list[GroupRecord], status: Mapping[str, Any], key: str,
+                 caches: CacheState) -> None:
+    """Each row's ``weights`` (:func:`kubeforge.modelcache.group_weights`): its source is kept
+    from the group's last status at the same attempt (Cached or Cold is decided once)."""
+    before = {(r.get("index"), r.get("attempt", 0)): r.get("weights")
+              for r in status.get("groups") or [] if isinstance(r, Mapping)}
+    for row, g in zip(rows, groups):
+        weights = group_weights(before.get((g.index, g.attempt)), g.nodes, key, caches, g.phase == READY)
+        if weights is not None:
+            row["weights"] = weights
 
 
 def _ready_condition(svc: InferenceServiceRecord, ctx: _Context, groups: Mapping[int, GroupRecord],
@@ -110,8 +127,10 @@ def groups_status(svc: InferenceServiceRecord, ctx: _Context,
         ``NoReadyReplicas`` with the first group's message or admission's wait, ``InvalidSpec``
         with its Warning once) and ``ReplicaGroupFailed``.
     """
-    rows = [group_status(g, group_pod_name(svc.name, g.index, 0, g.attempt))
-            for g in sorted(groups.values(), key=lambda g: g.index)]
+    ordered = sorted(groups.values(), key=lambda g: g.index)
+    rows = [group_status(g, group_pod_name(svc.name, g.index, 0, g.attempt)) for g in ordered]
+    if ctx.model_key is not None:
+        _add_weights(rows, ordered, svc.status, ctx.model_key, ctx.model_caches)
     ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None and g.standby is None)
     holding = sum(1 for g in groups.values() if g.holds)
     failed = [g for g in groups.values() if g.phase == FAILED]

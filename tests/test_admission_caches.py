@@ -1,0 +1,106 @@
+"""admission/_caches.py: the ModelCacheNode specs the operator writes and the pools' model counts
+(issue 29), and the replica groups' ``weights`` in the serving status."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kubeforge.admission import AssumedGroup, GroupShape, build_ledger, placed_wants, plan_node_caches, pool_view
+from kubeforge.api import ModelCachePolicy
+from kubeforge.modelcache import CopyState, cache_key
+from kubeforge.objects import PlacementRecord, rfc3339
+from kubeforge.serving import ServingContext, plan_serving
+
+from records import NOW, mk_node, mk_pool, mk_service, snapshot
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+HF = {"uri": "hf://meta-llama/Llama-3.1-8B", "revision": SHA}
+GROUP0 = {"index": 0, "attempt": 0, "phase": "Starting", "nodes": ["n1"], "pool": "p", "gpusPerPod": 8,
+          "templateHash": "h", "admittedAt": rfc3339(NOW - 60)}
+
+
+def _views(snap):
+    ledger = build_ledger(snap, "nvidia.com/gpu")
+    return {name: pool_view(p, snap.nodes, ledger.per_node) for name, p in snap.pools.items()}
+
+
+def _snap(services=(), **pool_kw):
+    return snapshot([mk_pool("p", **pool_kw)], [mk_node(f"n{i}", 8) for i in range(4)], services=list(services))
+
+
+def test_a_placed_replica_asks_its_node_for_the_model_and_nothing_else_is_written():
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0]})
+    snap = _snap([svc])
+    plan = plan_node_caches(snap, _views(snap), {})
+    key = cache_key(svc.spec.model, "default")
+    assert list(plan.writes) == ["n1"]  # the other nodes want nothing and have no object: none is made
+    spec = plan.writes["n1"]
+    assert spec["pool"] == "p" and [(m["key"], m["reasons"]) for m in spec["models"]] == [(key, ["Placed"])]
+    assert plan.models["p"][1] == "Llama-3.1-8B 0/4"
+    # written once: the next pass, with the object as written, writes nothing
+    again = plan_node_caches(snap, _views(snap), {"n1": spec})
+    assert again.writes == {} and again.deletes == []
+
+
+def test_assumed_groups_want_their_nodes_before_the_status_shows_them():
+    svc = mk_service("chat", gpus=8, model=HF, status={"desiredReplicas": 1})
+    snap = replace(_snap([svc]), assumed_groups={(svc.key, 0): AssumedGroup(0, PlacementRecord("p", ("n3",)), 8)})
+    assert [w.nodes for w in placed_wants(snap)] == [["n3"]]
+
+
+def test_a_node_no_longer_wanted_is_emptied_and_a_gone_node_deleted():
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": []})
+    snap = _snap([svc])
+    old = {"pool": "p", "hostPath": "/var/lib/kubeforge/models", "models": [{"key": "x", "uri": "hf://a/b"}]}
+    plan = plan_node_caches(snap, _views(snap), {"n2": old, "gone": old})
+    assert plan.writes == {"n2": {"pool": "p", "hostPath": "/var/lib/kubeforge/models", "models": []}}
+    assert plan.deletes == ["gone"]
+
+
+def test_keep_warm_and_pvc_sources():
+    pvc = mk_service("pvc", gpus=8, model={"uri": "pvc://weights/llama"}, status={"groups": [GROUP0]})
+    snap = _snap([pvc])
+    assert plan_node_caches(snap, _views(snap), {}).writes == {}  # pvc:// is mounted, never cached
+    warm = ModelCachePolicy.model_validate({"keepWarm": [{"model": HF, "nodes": 2}]})
+    pool = mk_pool("p")
+    snap = replace(snap, pools={"p": replace(pool, spec=pool.spec.model_copy(update={"model_cache": warm}))})
+    plan = plan_node_caches(snap, _views(snap), {})
+    assert len(plan.writes) == 2 and all(s["models"][0]["reasons"] == ["KeepWarm"] for s in plan.writes.values())
+
+
+def test_the_groups_weights_go_cold_then_loaded_and_keep_their_source():
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0]})
+    key = cache_key(svc.spec.model, "default")
+    ctx = ServingContext(now=NOW, desired=1, model_key=key, nodes={"n1": mk_node("n1", 8)}, template_hash="h",
+                         shape=GroupShape(pool="p", pods=1, gpus=8, held=8),
+                         model_caches={"n1": {key: CopyState("Downloading", 40)}})
+    rows = plan_serving(svc, ctx).status["groups"]
+    assert rows[0]["weights"] == {"source": "Cold", "phase": "Downloading", "progressPercent": 40}
+    svc = replace(svc, status={"groups": rows})
+    ctx = replace(ctx, model_caches={"n1": {key: CopyState("Ready", 100)}})
+    assert plan_serving(svc, ctx).status["groups"][0]["weights"] == {"source": "Cold", "phase": "LoadingWeights"}
+    assert "weights" not in plan_serving(svc, replace(ctx, model_key=None)).status["groups"][0]
+
+
+def test_a_kept_warm_copy_stays_on_its_node_when_replicas_fill_it():
+    warm = ModelCachePolicy.model_validate({"keepWarm": [{"model": HF, "nodes": 1}]})
+    pool = mk_pool("p")
+    snap = replace(_snap(), pools={"p": replace(pool, spec=pool.spec.model_copy(update={"model_cache": warm}))})
+    first = plan_node_caches(snap, _views(snap), {})
+    assert list(first.writes) == ["n0"]  # all empty: the first by name
+    key = first.writes["n0"]["models"][0]["key"]
+    held = replace(snap, model_caches={"n0": {key: CopyState("Ready", 100)}},
+                   nodes={**snap.nodes, "n0": mk_node("n0", 2)})  # n0 now the smallest
+    again = plan_node_caches(held, _views(held), {"n0": first.writes["n0"]})
+    assert again.writes == {}  # the copy does not move to an emptier node
+
+
+def test_a_kept_warm_copy_stays_where_it_is_kept_when_both_nodes_hold_it():
+    warm = ModelCachePolicy.model_validate({"keepWarm": [{"model": HF, "nodes": 1}]})
+    pool = mk_pool("p")
+    snap = replace(_snap(), pools={"p": replace(pool, spec=pool.spec.model_copy(update={"model_cache": warm}))})
+    spec = plan_node_caches(snap, _views(snap), {}).writes["n0"]
+    key = spec["models"][0]["key"]
+    ready = {n: {key: CopyState("Ready", 100)} for n in ("n0", "n1")}
+    held = replace(snap, model_caches=ready, nodes={**snap.nodes, "n0": mk_node("n0", 2)})
+    assert plan_node_caches(held, _views(held), {"n0": spec}).writes == {}
