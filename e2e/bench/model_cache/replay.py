@@ -12,11 +12,11 @@ node held a complete copy when it was placed.
 from __future__ import annotations
 
 import random
-from functools import cache
 from dataclasses import dataclass, field
+from functools import cache
 
-from kubeforge.modelcache import cache_key
 from kubeforge.api import ModelSource
+from kubeforge.modelcache import cache_key
 from kubeforge.placement import GangRequest, NodeInfo, Placement, place_gang
 from kubeforge.sim.weights import DEFAULT_TIMES, WeightTimes, start_seconds
 
