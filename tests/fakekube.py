@@ -42,11 +42,13 @@ from kubeforge.runtime.state import Runtime
 from records import NOW, NS, node_body, pool_body
 
 KIND_OF = {"pods": "Pod", "nodes": "Node", "trainingjobs": "TrainingJob", "inferenceservices": "InferenceService",
-           "gpupools": "GPUPool", "persistentvolumeclaims": "PersistentVolumeClaim"}
+           "gpupools": "GPUPool", "persistentvolumeclaims": "PersistentVolumeClaim",
+           "modelcachenodes": "ModelCacheNode"}
 HANDLERS = {"Pod": ("kf_pods", ix.kf_pods), "Node": ("kf_nodes", ix.kf_nodes), "TrainingJob": ("kf_jobs", ix.kf_jobs),
             "InferenceService": ("kf_services", ix.kf_services), "GPUPool": ("kf_pools", ix.kf_pools),
             "PersistentVolumeClaim": ("kf_claims", ix.kf_claims), "StorageClass": ("kf_storage_classes", ix.kf_storage_classes),
-            "Namespace": ("kf_namespaces", ix.kf_namespaces)}
+            "Namespace": ("kf_namespaces", ix.kf_namespaces),
+            "ModelCacheNode": ("kf_model_caches", ix.kf_model_caches)}
 INDEX_NAMES = [name for name, _ in HANDLERS.values()] + ["kf_deployments"]
 GONE = {"Pod": ix.kf_pods_gone, "Node": ix.kf_nodes_gone, "PersistentVolumeClaim": ix.kf_claims_gone}
 """What the operator's informer calls with a deleted object's last entries (kopf's indexes drop
@@ -520,6 +522,8 @@ class FakeClient:
             for op in body:
                 if op["op"] == "remove" and op["path"] == "/spec/schedulingGates":
                     o["spec"].pop("schedulingGates", None)
+                elif op["op"] == "replace" and op["path"] == "/spec":
+                    o["spec"] = copy.deepcopy(op["value"])
         else:
             merge(o, body)
         await self.kube.put(kind, o)

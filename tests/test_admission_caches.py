@@ -104,3 +104,21 @@ def test_a_kept_warm_copy_stays_where_it_is_kept_when_both_nodes_hold_it():
     ready = {n: {key: CopyState("Ready", 100)} for n in ("n0", "n1")}
     held = replace(snap, model_caches=ready, nodes={**snap.nodes, "n0": mk_node("n0", 2)})
     assert plan_node_caches(held, _views(held), {"n0": spec}).writes == {}
+
+
+def test_a_forecast_warms_the_nodes_the_next_replicas_would_get():
+    forecast = {"replicas": 5, "method": "Trend"}
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0], "forecast": forecast})
+    snap = _snap([svc])
+    plan = plan_node_caches(snap, _views(snap), {})
+    reasons = {n: [r for m in s["models"] for r in m["reasons"]] for n, s in plan.writes.items()}
+    # the running group's node is Placed; two more groups (MAX_WARM_AHEAD) go to free whole nodes
+    assert reasons["n1"] == ["Placed"] and sorted(n for n, r in reasons.items() if r == ["Forecast"]) == ["n0", "n2"]
+    # warmAhead off, or no forecast beyond the groups: nothing but the Placed copy
+    off = ModelCachePolicy.model_validate({"warmAhead": False})
+    pool = mk_pool("p")
+    quiet = replace(snap, pools={"p": replace(pool, spec=pool.spec.model_copy(update={"model_cache": off}))})
+    assert list(plan_node_caches(quiet, _views(quiet), {}).writes) == ["n1"]
+    svc1 = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0], "forecast": {**forecast, "replicas": 1}})
+    snap1 = _snap([svc1])
+    assert list(plan_node_caches(snap1, _views(snap1), {}).writes) == ["n1"]

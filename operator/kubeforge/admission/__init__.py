@@ -8,7 +8,7 @@ and reservations with backfill for the gangs that wait (:class:`Reservation`). N
 is a parameter.
 """
 
-from kubeforge.admission._caches import NodeCachePlan, placed_wants, plan_node_caches
+from kubeforge.admission._caches import MAX_WARM_AHEAD, NodeCachePlan, forecast_wants, placed_wants, plan_node_caches
 from kubeforge.admission._ledger import Ledger, WorkloadKey, build_ledger, build_ledgers
 from kubeforge.admission._plan import (
     BLOCKED_UNTIL_SPEC_CHANGES, Admit, AdmissionMemo, AdmissionPlan, PlaceGroup, Wait, awaiting_admission, candidate_pools,
@@ -38,7 +38,7 @@ from kubeforge.admission._snapshot import (
 )
 
 __all__ = [
-    "NodeCachePlan", "placed_wants", "plan_node_caches",
+    "MAX_WARM_AHEAD", "NodeCachePlan", "forecast_wants", "placed_wants", "plan_node_caches",
     "groups_that_fit", "entry_order", "queue_order", "scale_down_order", "service_order", "standby_removal_order",
     "victim_order", "wake_order",
     "clique_level", "multi_node", "nvlink_request", "is_dra_pool", "same_gpus",

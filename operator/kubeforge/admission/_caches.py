@@ -7,6 +7,11 @@ What a node should hold is :func:`kubeforge.modelcache.node_specs` of the wants:
 * ``Placed``: every node of a replica group of a service with a cached ``spec.model`` (the
   groups in its status that hold nodes, and the groups admission placed that the status does
   not show yet), so a cold replica's node fetches its copy first;
+* ``Forecast`` (``spec.modelCache.warmAhead``): when predictive scale-up forecasts more replicas
+  (``status.forecast.replicas``) than the service has groups, the nodes the next ones would most
+  likely get: placement (preferring the cache, as admission does) of up to
+  :data:`MAX_WARM_AHEAD` more groups on what the pool has free now, so their weights are
+  there before the scale-up is asked for;
 * ``KeepWarm``: the pools' ``spec.modelCache.keepWarm`` entries.
 
 A ModelCacheNode is written only where it matters: a node that some want names, or one whose
@@ -21,11 +26,21 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kubeforge.api import WantReason
-from kubeforge.modelcache import READY, CacheState, PoolNodes, Want, node_specs, pool_models, pool_wants
+from kubeforge.modelcache import (
+    READY, CacheState, PoolNodes, Want, cache_key, node_specs, place_preferring_cache, pool_models, pool_wants,
+    ready_nodes,
+)
 from kubeforge.objects import groups_of
+from kubeforge.placement import Placement, place_gang
 
 from ._pools import PoolView
+from ._request import group_request, group_shape
 from ._snapshot import Snapshot
+
+
+MAX_WARM_AHEAD = 2
+"""At most this many forecast replicas are warmed ahead per service: a forecast's error grows with
+what it adds, and each warmed group costs a download per node."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,42 @@ def placed_wants(snapshot: Snapshot) -> list[Want]:
     return out
 
 
+def forecast_wants(snapshot: Snapshot, views: Mapping[str, PoolView]) -> list[Want]:
+    """One ``Forecast`` want per service whose forecast exceeds its groups, in its first pool
+    with a view and ``warmAhead``: the nodes of up to :data:`MAX_WARM_AHEAD` more groups, placed
+    as admission would place them now (nodes holding the model first); none when they do not fit."""
+    out = []
+    for key, svc in sorted(snapshot.services.items()):
+        spec = svc.spec
+        model = spec.model if spec is not None else None
+        forecast = (svc.status or {}).get("forecast") or {}
+        if model is None or not model.cached or not isinstance(forecast.get("replicas"), int):
+            continue
+        groups = sum(1 for g in groups_of(svc.status) if g.nodes) + \
+            sum(1 for (k, _) in snapshot.assumed_groups if k == key)
+        extra = min(MAX_WARM_AHEAD, forecast["replicas"] - groups)
+        view = next((views[p] for p in spec.pools if p in views), None)  # type: ignore[union-attr]
+        if extra <= 0 or view is None or view.record.spec is None or not view.record.spec.model_cache.warm_ahead:
+            continue
+        shape = group_shape(svc, view)
+        if isinstance(shape, str):
+            continue
+        ready = ready_nodes(snapshot.model_caches, cache_key(model, svc.namespace))
+        taken: dict[str, int] = {}
+        nodes: set[str] = set()
+        for _ in range(extra):
+            got = place_preferring_cache(place_gang, group_request(svc, view, shape), view.nodes, view.levels,
+                                         taken, ready).result
+            if not isinstance(got, Placement):
+                break
+            for node, gpus in got.gpus_by_node.items():
+                taken[node] = taken.get(node, 0) + gpus
+            nodes.update(got.nodes)
+        if nodes:
+            out.append(Want(view.name, sorted(nodes), model, svc.namespace, WantReason.FORECAST))
+    return out
+
+
 def plan_node_caches(snapshot: Snapshot, views: Mapping[str, PoolView],
                      existing: Mapping[str, Mapping[str, Any]]) -> NodeCachePlan:
     """The ModelCacheNode specs to write and each pool's model counts.
@@ -95,7 +146,7 @@ def plan_node_caches(snapshot: Snapshot, views: Mapping[str, PoolView],
         should (this runs every 2 s: a plan that changes nothing writes nothing).
     """
     pools = [_pool_nodes(views[name], snapshot.model_caches, existing) for name in sorted(views) if views[name].record.spec is not None]
-    wants = placed_wants(snapshot) + pool_wants(pools)
+    wants = placed_wants(snapshot) + forecast_wants(snapshot, views) + pool_wants(pools)
     if not wants and not existing:
         return NodeCachePlan()  # no model anywhere: a fleet that never caches pays one scan of the services
     specs = node_specs(pools, wants)

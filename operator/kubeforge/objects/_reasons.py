@@ -96,6 +96,10 @@ STORAGE_CLASS_NOT_FOUND: Final = "StorageClassNotFound"
 POOL_NOT_FOUND: Final = "PoolNotFound"
 """``Admitted=False`` of a TrainingJob, ``Ready=False`` of an InferenceService (Warning Event):
 none of the GPUPools its spec names exists."""
+MODEL_NOT_MOUNTED: Final = "ModelNotMounted"
+"""InferenceService (a Warning Event, once a generation): its ``spec.model`` comes from the node
+caches, but the operator runs without ``--model-cache`` (the chart's ``cacheAgent.enabled``): no
+agent fetches it, so nothing is mounted and the template loads its own weights."""
 QUOTA_EXCEEDED: Final = "QuotaExceeded"
 """``Admitted=False`` (Warning Event): admitting the gang would break its team's borrowing limit."""
 UNSCHEDULABLE: Final = "Unschedulable"

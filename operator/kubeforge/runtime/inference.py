@@ -48,7 +48,7 @@ from kubeforge.modelcache import cache_key
 from kubeforge.builders.serving import build_endpoint_slice, build_group_pod, build_service, serving_hash
 from kubeforge.builders.training import build_workers_service
 from kubeforge.objects import (
-    INVALID_SPEC, POOL_NOT_FOUND, READY, WARNING, WORKERS_SERVICE, InferenceServiceRecord, Key, condition,
+    INVALID_SPEC, MODEL_NOT_MOUNTED, POOL_NOT_FOUND, READY, WARNING, WORKERS_SERVICE, InferenceServiceRecord, Key, condition,
     conditions_equal, groups_of, refusal_reason, set_condition, slice_name,
 )
 from kubeforge.runtime.cache import service_key
@@ -79,6 +79,7 @@ class ServiceMemory:
     slice_written: str | None = None
     history: tuple[float, DemandHistory] | None = None
     engines: EngineCalls = field(default_factory=EngineCalls)
+    model_warned: int | None = None
 
 
 def model_key(rt: Runtime, rec: InferenceServiceRecord) -> str | None:
@@ -95,6 +96,17 @@ def _cache_policy(rt: Runtime, view: PoolView) -> ModelCachePolicy | None:
     the pods then get no node copy to wait for."""
     spec = view.record.spec
     return spec.model_cache if rt.options.model_cache and spec is not None else None
+
+
+def _warn_model_not_mounted(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemory, now: float) -> None:
+    """A Warning Event, once a generation, when ``spec.model`` needs the node caches and they are off."""
+    model = rec.spec.model if rec.spec is not None else None
+    if model is None or not model.cached or rt.options.model_cache or mem.model_warned == rec.generation:
+        return
+    mem.model_warned = rec.generation
+    rt.event(KIND, rec, WARNING, MODEL_NOT_MOUNTED, f"spec.model {model.uri} is not mounted: the operator runs "
+             "without --model-cache (the chart's cacheAgent.enabled), so no node agent fetches it; the template "
+             "loads its own weights", now)
 
 
 def query_for(rec: InferenceServiceRecord) -> str:
@@ -264,6 +276,7 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     if spec is None:
         await _invalid(rt, rec, now)
         return 30.0
+    _warn_model_not_mounted(rt, rec, mem, now)
     pool_name = next((p for p in spec.pools if cache.pool(p) is not None), None)
     if pool_name is None:
         await _not_ready(rt, rec, POOL_NOT_FOUND, f"none of the GPUPools {list(spec.pools)} exists", now)
