@@ -1,7 +1,8 @@
 """One fluent builder per kind, for every test (issue 30, item 7).
 
-Each builder states an object in the shape the API server holds it and hands back either
-that body (:meth:`body`) or the record the operator makes of it (:meth:`record`), through the
+Each builder states an object in the shape the API server holds it and hands back that body
+(:meth:`body`), the manifest a user applies (:meth:`manifest`: the three kubeforge kinds, for
+the cluster tests) or the record the operator makes of it (:meth:`record`), through the
 operator's own parsers (``record_from_k8s``, ``pod_from_k8s``, ``build_worker_pod``)::
 
     import builders as b
@@ -77,8 +78,8 @@ class _Custom:
             into[key] = value
         return self
 
-    def ns(self, namespace: str) -> Any:
-        """Sets ``metadata.namespace``."""
+    def ns(self, namespace: str | None) -> Any:
+        """Sets ``metadata.namespace``; None leaves it out (``kubectl apply -n`` then says where)."""
         return self._put("namespace", namespace, self._meta)
 
     def uid(self, uid: str | None) -> Any:
@@ -103,6 +104,12 @@ class _Custom:
         self._spec.update(fields)
         return self
 
+    def without(self, *keys: str) -> Any:
+        """Removes spec keys, set or defaulted here, to leave them to the API server's defaults."""
+        for key in keys:
+            self._spec.pop(key, None)
+        return self
+
     def status(self, status: Mapping[str, Any] | None) -> Any:
         """Replaces ``status`` (None: empty)."""
         self._status = copy.deepcopy(dict(status or {}))
@@ -114,6 +121,15 @@ class _Custom:
         meta["creationTimestamp"] = self._created if isinstance(self._created, str) else iso(self._created)
         return copy.deepcopy({"apiVersion": API, "kind": self.kind, "metadata": meta,
                               "spec": self._spec, "status": self._status})
+
+    def manifest(self) -> dict[str, Any]:
+        """The object as a user submits it (``kubectl apply``): :meth:`body` without what the API
+        server sets (uid, generation, resourceVersion, creationTimestamp) and without a status."""
+        body = self.body()
+        for key in ("uid", "generation", "resourceVersion", "creationTimestamp"):
+            body["metadata"].pop(key, None)
+        del body["status"]
+        return body
 
     def record(self) -> Any:
         """The operator's record of :meth:`body` (``record_from_k8s``).
@@ -165,8 +181,8 @@ class TrainingJob(_Workload):
         """Sets ``spec.replicas`` (ranks of the gang)."""
         return self._put("replicas", n)
 
-    def priority(self, p: int) -> TrainingJob:
-        """Sets ``spec.priority``."""
+    def priority(self, p: int | None) -> TrainingJob:
+        """Sets ``spec.priority``; None leaves it out."""
         return self._put("priority", p)
 
     def checkpoint(self, checkpoint: Mapping[str, Any] | None) -> TrainingJob:

@@ -23,6 +23,8 @@ from typing import Callable
 
 import pytest
 
+import builders as b
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CLUSTER = os.environ.get("KUBEFORGE_TEST_CLUSTER", "kubeforge-test")
 
@@ -127,12 +129,10 @@ def dra_fleet(request, cluster, namespace):
     cluster.apply_nodes(nodes)
     dra.install(cluster, nodes, log=lambda m: None, ready_delay=2.0)
     names = [n["metadata"]["name"] for n in nodes]
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}},
-                             "deviceAllocation": "DRA", "dra": {"deviceClassName": dra.GPU_CLASS, "driver": dra.GPU_DRIVER},
-                             "topologyLevels": [{"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"}]}})
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": f"{pool}-dp"},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}}})
+    apply(cluster, b.GPUPool(pool).selector({"matchLabels": {"kubeforge.io/test-fleet": pool}})
+          .spec(deviceAllocation="DRA", dra={"deviceClassName": dra.GPU_CLASS, "driver": dra.GPU_DRIVER})
+          .levels(("nvlink", "nvidia.com/gpu.clique")).manifest())
+    apply(cluster, b.GPUPool(f"{pool}-dp").selector({"matchLabels": {"kubeforge.io/test-fleet": f"{pool}-dp"}}).manifest())
     cliques: dict[str, list[str]] = {}
     for n in nodes:
         if "-rack-" in n["metadata"]["name"]:
@@ -164,13 +164,13 @@ def fleet(cluster, namespace):
              pool_spec: dict | None = None, pool: str | None = None) -> list[str]:
         pool = pool or namespace
         groups = []
-        for b in range(blocks):
+        for blk in range(blocks):
             for c in range(cliques):
                 groups.append({
-                    "name": f"b{b}-c{c}", "count": nodes, "capacityType": "spot" if spot else "on-demand",
+                    "name": f"b{blk}-c{c}", "count": nodes, "capacityType": "spot" if spot else "on-demand",
                     "gpu": {"count": gpus},
-                    "labels": {"kubeforge.io/test-fleet": pool, "nvidia.com/gpu.clique": f"{pool}.b{b}c{c}",
-                               "cloud.google.com/gce-topology-block": f"{pool}-b{b}"},
+                    "labels": {"kubeforge.io/test-fleet": pool, "nvidia.com/gpu.clique": f"{pool}.b{blk}c{c}",
+                               "cloud.google.com/gce-topology-block": f"{pool}-b{blk}"},
                 })
         f = Fleet.model_validate({"name": "test", "nodePrefix": f"{pool}-", "groups": groups})
         manifests = node_manifests(f)
@@ -178,10 +178,8 @@ def fleet(cluster, namespace):
         names = [m["metadata"]["name"] for m in manifests]
         made.extend(names)
         wait_for(lambda: all(_node_ready(cluster, n) for n in names), timeout=60, what="kwok nodes Ready")
-        apply(cluster, {
-            "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
-            "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}}, **(pool_spec or {})},
-        })
+        apply(cluster, b.GPUPool(pool).selector({"matchLabels": {"kubeforge.io/test-fleet": pool}})
+              .spec(**(pool_spec or {})).manifest())
         pools.append(pool)
         return names
 
@@ -197,22 +195,18 @@ def _node_ready(cluster, name: str) -> bool:
     return out.stdout.strip() == "True"
 
 
+TRAINER = {"spec": {"terminationGracePeriodSeconds": 5,
+                     "containers": [{"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"]}]}}
+"""The cluster tests' trainer: torchrun in a container the sim runs, gone 5 s after a delete."""
+
+
 def training_job(name: str, namespace: str, replicas: int = 2, gpus: int = 8, mode: str = "Required",
                  level: str | None = "nvlink", pools: list[str] | None = None, **spec) -> dict:
-    """A TrainingJob manifest; ``spec`` keys override/extend the spec."""
-    topo = {"mode": mode}
-    if level:
-        topo["level"] = level
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "pools": pools or [namespace], "replicas": replicas, "gpusPerReplica": gpus, "topology": topo,
-            "template": {"spec": {"terminationGracePeriodSeconds": 5,
-                                  "containers": [{"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"]}]}},
-            **spec,
-        },
-    }
+    """A TrainingJob manifest (:class:`builders.TrainingJob`, priority left to the API server's
+    default) in ``pools`` (default: the pool named after the namespace); ``spec`` keys (camelCase)
+    override or extend the spec."""
+    return (b.TrainingJob(name).ns(namespace).priority(None).pools(*(pools or [namespace])).replicas(replicas)
+            .gpus(gpus).topology(mode, level or None).template(TRAINER).spec(**spec).manifest())
 
 
 def job_pods(cluster, namespace: str, job: str) -> list[dict]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import builders as b
 from kubeforge.api import (
     Condition,
     ConditionStatus,
@@ -30,18 +31,17 @@ TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
 
 
 def training_job(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"pools": ["pool-a"], "replicas": 2, "gpusPerReplica": 8,
-                            "template": TEMPLATE}
-    body.update(spec)
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": name}, "spec": body}
+    """A TrainingJob of 2 x 8 GPUs in ``pool-a``, no namespace (``apply -n`` gives it), the rest
+    (topology, priority...) left to the schema's defaults; ``spec`` (camelCase) over it."""
+    return (b.TrainingJob(name).ns(None).without("topology", "priority").pools("pool-a").replicas(2).gpus(8)
+            .template(TEMPLATE).spec(**spec).manifest())
 
 
 def inference_service(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"pools": ["pool-a"], "template": TEMPLATE}
-    body.update(spec)
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name}, "spec": body}
+    """An InferenceService in ``pool-a``, no namespace, all but the template left to the schema's
+    defaults (no gpusPerReplica, no topology); ``spec`` (camelCase) over it."""
+    return (b.InferenceService(name).ns(None).without("gpusPerReplica", "topology").pools("pool-a")
+            .template(TEMPLATE).spec(**spec).manifest())
 
 
 def apply(cluster: Any, namespace: str, obj: dict[str, Any], check: bool = True) -> Any:
@@ -204,7 +204,7 @@ def test_templates_without_a_runnable_container_are_refused(cluster: Any, namesp
 
 
 def test_pool_names_must_be_label_values(cluster: Any) -> None:
-    pool = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": "p" * 64}, "spec": {}}
+    pool = b.GPUPool("p" * 64).manifest()
     result = cluster.kubectl("apply", "-f", "-", input=json.dumps(pool), check=False)
     assert result.returncode != 0 and "at most 63 characters" in flat(result.stderr), result.stderr
 
@@ -272,15 +272,14 @@ def test_slo_beside_a_target_stored_before_the_rule_is_ratcheted_not_refused(clu
 
 def test_valid_gpu_pool_is_accepted_and_defaulted(cluster: Any) -> None:
     name = f"crd-test-{uuid.uuid4().hex[:8]}"
-    pool = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": name},
-            "spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}
+    pool = b.GPUPool(name).tolerations([{"key": "nvidia.com/gpu", "operator": "Exists"}]).manifest()
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
     try:
         obj = get_json(cluster, "gpupool", name)
         assert obj["spec"]["gpuResourceName"] == "nvidia.com/gpu"
         assert obj["spec"]["capacityType"] == "Auto"
         assert parse_as(GPUPool, obj).metadata.name == name
-        bad = dict(pool, spec={"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]})
+        bad = b.GPUPool(name).tolerations([{"key": "a", "operator": "Exists", "value": "b"}]).manifest()
         result = cluster.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
         assert result.returncode != 0
         assert "value must be empty when operator is Exists" in result.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import builders as b
 from conftest import apply, condition, events_for, get_json, job_pods, job_status, running_pods, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -198,16 +199,13 @@ def test_training_job_lifecycle_as_the_chart_serviceaccount(cluster, sa_operator
 
 
 def inference_service(name: str, namespace: str, **spec) -> dict:
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "gpusPerReplica": 1, "port": 8000, "minReplicas": 1, "maxReplicas": 2,
-            "autoscaling": {"prometheusURL": NO_PROMETHEUS, "pollingIntervalSeconds": 1},
-            "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4"}]}},
-            **spec,
-        },
-    }
+    """1 to 2 one-GPU vLLM replicas in the namespace's pool, autoscaled every second from a
+    Prometheus that does not answer; ``spec`` (camelCase) over it."""
+    return (b.InferenceService(name).ns(namespace).without("topology").pools(namespace).gpus(1)
+            .spec(port=8000, minReplicas=1, maxReplicas=2,
+                  autoscaling={"prometheusURL": NO_PROMETHEUS, "pollingIntervalSeconds": 1})
+            .template({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4"}]}})
+            .spec(**spec).manifest())
 
 
 def serving_pods(cluster, namespace: str) -> list[dict]:

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import builders as b
 from conftest import apply, get_json, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -22,17 +23,14 @@ NAME = "rescale"
 
 
 def svc(namespace: str, replicas: int) -> dict:
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "gpusPerReplica": 1, "minReplicas": replicas, "maxReplicas": replicas,
-            "drainSeconds": 0,
-            "autoscaling": {"prometheusURL": "http://127.0.0.1:1", "pollingIntervalSeconds": 1},
-            "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [
-                {"name": "vllm", "image": "vllm/vllm-openai:v0.6.4", "command": ["vllm", "serve", "m"]}]}},
-        },
-    }
+    """``replicas`` one-GPU replicas (min = max) in the namespace's pool, drained at once, pods
+    gone at once, autoscaled from a Prometheus that does not answer."""
+    return (b.InferenceService(NAME).ns(namespace).without("topology").pools(namespace).gpus(1)
+            .spec(minReplicas=replicas, maxReplicas=replicas, drainSeconds=0,
+                  autoscaling={"prometheusURL": "http://127.0.0.1:1", "pollingIntervalSeconds": 1})
+            .template({"spec": {"terminationGracePeriodSeconds": 0, "containers": [
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.6.4", "command": ["vllm", "serve", "m"]}]}})
+            .manifest())
 
 
 def ready_pods(cluster, ns: str) -> list[str]:
