@@ -154,3 +154,11 @@ def test_pool_counts_and_group_weights():
     cold = group_weights(None, ["n0", "n1"], key, state, False)
     assert cold == {"source": "Cold", "phase": "Downloading", "progressPercent": 30}
     assert group_weights(cold, ["n0", "n1"], key, cache_state({}), True) == {"source": "Cold", "phase": "Loaded"}
+
+
+def test_a_failed_copy_is_named_in_the_groups_weights():
+    key = cache_key(source(), None)
+    state = cache_state({"n0": {"models": [{"key": key, "phase": "Failed", "reason": "DigestMismatch"}]},
+                         "n1": {"models": [{"key": key, "phase": "Ready", "progressPercent": 100}]}})
+    got = group_weights(None, ["n0", "n1"], key, state, False)
+    assert got["phase"] == "Downloading" and got["message"] == "copy failed on n0: DigestMismatch (the node agent retries)"

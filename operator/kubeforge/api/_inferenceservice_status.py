@@ -61,6 +61,8 @@ class GroupWeights(KubeModel):
     phase: WeightsPhase = Field(description="phase is Downloading, LoadingWeights or Loaded.")
     progress_percent: Optional[int] = Field(default=None, ge=0, le=100, description="progressPercent of the "
                                             "slowest node's download while Downloading.")
+    message: Optional[str] = Field(default=None, max_length=1024, description="message names the nodes whose "
+                                   "copy failed and the node agent's reason (it retries after a back-off).")
 
 
 class ReplicaGroup(KubeModel):

@@ -48,7 +48,8 @@ def group_weights(previous: Mapping[str, Any] | None, nodes: Iterable[str], key:
     """A group's ``weights`` (:class:`~kubeforge.api.GroupWeights`): its source, fixed the first
     time it is computed with nodes (Cached when every node held a verified copy then, else Cold),
     and its phase: Downloading (a node's copy is not Ready: the slowest node's percent), then
-    LoadingWeights until the group is Ready, then Loaded. None for a group without nodes.
+    LoadingWeights until the group is Ready, then Loaded. None for a group without nodes. While a
+    node's copy is Failed, ``message`` names the nodes and the agent's reasons.
 
     Args:
         previous: The group's last ``weights``, or None.
@@ -68,4 +69,8 @@ def group_weights(previous: Mapping[str, Any] | None, nodes: Iterable[str], key:
     if all_ready:
         return {"source": source, "phase": "LoadingWeights"}
     slowest = min((c.progress if c is not None and c.phase != READY else 100) for c in copies)
-    return {"source": source, "phase": "Downloading", "progressPercent": slowest}
+    out: dict[str, Any] = {"source": source, "phase": "Downloading", "progressPercent": slowest}
+    failed = [f"{n}: {c.reason or 'Failed'}" for n, c in zip(nodes, copies) if c is not None and c.phase == FAILED]
+    if failed:
+        out["message"] = ("copy failed on " + ", ".join(failed) + " (the node agent retries)")[:1024]
+    return out
