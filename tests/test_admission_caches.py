@@ -122,3 +122,23 @@ def test_a_forecast_warms_the_nodes_the_next_replicas_would_get():
     svc1 = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0], "forecast": {**forecast, "replicas": 1}})
     snap1 = _snap([svc1])
     assert list(plan_node_caches(snap1, _views(snap1), {}).writes) == ["n1"]
+
+
+def test_a_cold_placement_stays_cold_when_the_copy_lands_before_the_first_status_write():
+    svc = mk_service("chat", gpus=8, model=HF, status={"desiredReplicas": 1})
+    key = cache_key(svc.spec.model, "default")
+    snap = _snap([svc])
+    from kubeforge.admission import plan_admission
+
+    (placed,) = plan_admission(snap, NOW).groups
+    assert placed.cached is False  # no node held the model
+    assumed = AssumedGroup(0, PlacementRecord("p", placed.placement.nodes), 8, placed.cached)
+    node = placed.placement.nodes[0]
+    ctx = ServingContext(now=NOW, desired=1, nodes={node: mk_node(node, 8)}, template_hash="h",
+                         shape=GroupShape(pool="p", pods=1, gpus=8, held=8), assumed={0: assumed}, model_key=key,
+                         model_caches={node: {key: CopyState("Ready", 100)}})  # fetched in the meantime
+    (row,) = plan_serving(svc, ctx).status["groups"]
+    assert row["weights"]["source"] == "Cold"
+    warm = replace(snap, model_caches={"n3": {key: CopyState("Ready", 100)}})
+    (again,) = plan_admission(warm, NOW).groups
+    assert again.cached is True and again.placement.nodes == ("n3",)

@@ -22,13 +22,16 @@ from kubeforge.placement import Placement, place_gang
 @dataclass(frozen=True)
 class PlaceGroup:
     """An InferenceService replica group given nodes: ``placement`` in ``pool`` (worker w on
-    ``placement.nodes[w]``, the leader first), each pod holding ``gpus_per_pod``."""
+    ``placement.nodes[w]``, the leader first), each pod holding ``gpus_per_pod``; ``cached``:
+    every node held a verified copy of the service's ``spec.model`` when it was placed (None:
+    the service names no cached model)."""
 
     key: Key
     index: int
     pool: str
     placement: Placement
     gpus_per_pod: int
+    cached: bool | None = None
 
 
 def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]:
@@ -50,6 +53,11 @@ def _groups_wanted(svc: InferenceServiceRecord, snapshot: Snapshot) -> list[int]
             fresh.append(i)
         i += 1
     return waiting + fresh
+
+
+def _caches_model(svc: InferenceServiceRecord) -> bool:
+    model = svc.spec.model if svc.spec is not None else None
+    return model is not None and model.cached
 
 
 def _model_ready(svc: InferenceServiceRecord, snapshot: Snapshot) -> frozenset[str]:
@@ -102,12 +110,14 @@ def place_groups(snapshot: Snapshot, views: Mapping[str, PoolView],
                     permanent = False
                     notes.append(view.unavailable[1])
                     continue
-                result = place_preferring_cache(place_gang, group_request(svc, view, shape), view.nodes, view.levels,
-                                                taken[view.resource], _model_ready(svc, snapshot)).result
+                preferred = place_preferring_cache(place_gang, group_request(svc, view, shape), view.nodes,
+                                                   view.levels, taken[view.resource], _model_ready(svc, snapshot))
+                result = preferred.result
                 if isinstance(result, Placement):
                     for node, gpus in result.gpus_by_node.items():
                         taken[view.resource][node] = taken[view.resource].get(node, 0) + gpus
-                    placed_groups.append(PlaceGroup(svc.key, index, pool, result, shape.held))
+                    cached = preferred.all_cached if _caches_model(svc) else None
+                    placed_groups.append(PlaceGroup(svc.key, index, pool, result, shape.held, cached))
                     placed = True
                     break
                 permanent = permanent and result.permanent

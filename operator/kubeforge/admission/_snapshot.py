@@ -63,11 +63,14 @@ class AssumedGroup:
         index: The group's index.
         placement: Its pool, nodes (leader first), level and domain.
         gpus_per_pod: What each pod holds (the scheduler's count, sidecars included).
+        cached: Its nodes all held the service's model when it was placed (the ``Cached`` /
+            ``Cold`` source of its ``weights``), None without a cached model.
     """
 
     index: int
     placement: PlacementRecord
     gpus_per_pod: int
+    cached: bool | None = None
 
 
 @dataclass(frozen=True)

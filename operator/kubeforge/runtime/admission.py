@@ -114,7 +114,7 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
     for g in plan.groups:
         pl = g.placement
         cache.assumptions.assume_group(g.key, AssumedGroup(
-            g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason), g.gpus_per_pod))
+            g.index, PlacementRecord(g.pool, pl.nodes, pl.level, pl.domain, pl.reason), g.gpus_per_pod, g.cached))
         rt.queue_service(g.key, urgent=True)
         metrics.ADMISSIONS.labels(pool=g.pool, result="admitted").inc()
     for key in cache.handoffs.hand_serving_waits(plan.serving_waits):

@@ -48,6 +48,8 @@ class _Context(Protocol):
     def model_key(self) -> str | None: ...
     @property
     def model_caches(self) -> CacheState: ...
+    @property
+    def assumed(self) -> Mapping[int, Any]: ...
 
 READY, FAILED, DRAINING_PHASE = GroupPhase.READY.value, GroupPhase.FAILED.value, GroupPhase.DRAINING.value
 STANDBY_PHASE = GroupPhase.STANDBY.value
@@ -79,13 +81,19 @@ def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
 
 
 def _add_weights(rows: list[dict[str, Any]], groups: list[GroupRecord], status: Mapping[str, Any], key: str,
-                 caches: CacheState) -> None:
-    """Each row's ``weights`` (:func:`kubeforge.modelcache.group_weights`): its source is kept
-    from the group's last status at the same attempt (Cached or Cold is decided once)."""
+                 caches: CacheState, assumed: Mapping[int, Any]) -> None:
+    """Each row's ``weights`` (:func:`kubeforge.modelcache.group_weights`): its source is what
+    admission saw when it placed the group (:attr:`~kubeforge.admission.AssumedGroup.cached`), then
+    kept from the group's last status at the same attempt (Cached or Cold is decided once; a copy
+    fetched between the placement and the first status write does not make a cold start Cached)."""
     before = {(r.get("index"), r.get("attempt", 0)): r.get("weights")
               for r in status.get("groups") or [] if isinstance(r, Mapping)}
     for row, g in zip(rows, groups):
-        weights = group_weights(before.get((g.index, g.attempt)), g.nodes, key, caches, g.phase == READY)
+        prev = before.get((g.index, g.attempt))
+        placed = assumed.get(g.index)
+        if prev is None and placed is not None and getattr(placed, "cached", None) is not None:
+            prev = {"source": "Cached" if placed.cached else "Cold"}
+        weights = group_weights(prev, g.nodes, key, caches, g.phase == READY)
         if weights is not None:
             row["weights"] = weights
 
@@ -130,7 +138,7 @@ def groups_status(svc: InferenceServiceRecord, ctx: _Context,
     ordered = sorted(groups.values(), key=lambda g: g.index)
     rows = [group_status(g, group_pod_name(svc.name, g.index, 0, g.attempt)) for g in ordered]
     if ctx.model_key is not None:
-        _add_weights(rows, ordered, svc.status, ctx.model_key, ctx.model_caches)
+        _add_weights(rows, ordered, svc.status, ctx.model_key, ctx.model_caches, ctx.assumed)
     ready = sum(1 for g in groups.values() if g.phase == READY and g.draining_since is None and g.standby is None)
     holding = sum(1 for g in groups.values() if g.holds)
     failed = [g for g in groups.values() if g.phase == FAILED]
