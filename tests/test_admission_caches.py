@@ -8,9 +8,10 @@ from dataclasses import replace
 from kubeforge.admission import AssumedGroup, GroupShape, build_ledger, placed_wants, plan_node_caches, pool_view
 from kubeforge.api import ModelCachePolicy
 from kubeforge.modelcache import CopyState, cache_key
-from kubeforge.objects import PlacementRecord, rfc3339
+from kubeforge.objects import MODEL_COPY_FAILED, REPLICA_GROUP_NOT_STARTED, PlacementRecord, rfc3339
 from kubeforge.serving import ServingContext, plan_serving
 
+import builders as b
 from records import NOW, mk_node, mk_pool, mk_service, snapshot
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -142,3 +143,33 @@ def test_a_cold_placement_stays_cold_when_the_copy_lands_before_the_first_status
     warm = replace(snap, model_caches={"n3": {key: CopyState("Ready", 100)}})
     (again,) = plan_admission(warm, NOW).groups
     assert again.cached is True and again.placement.nodes == ("n3",)
+
+
+def test_a_group_whose_node_cannot_fetch_the_model_is_placed_again_after_its_startup_timeout():
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0]})
+    key = cache_key(svc.spec.model, "default")
+    pod = (b.ServingPod(svc, 0, 0).on("n1").phase("Pending").ready(False).record())
+    ctx = ServingContext(now=NOW, desired=1, pods=[pod], nodes={"n1": mk_node("n1", 8)}, template_hash="h",
+                         shape=GroupShape(pool="p", pods=1, gpus=8, held=8), model_key=key,
+                         model_caches={"n1": {key: CopyState("Failed", 0, 0, "DigestMismatch")}})
+    (row,) = plan_serving(svc, ctx).status["groups"]
+    assert row["attempt"] == 0 and "DigestMismatch" in row["weights"]["message"]  # within its startup timeout
+    late = replace(ctx, now=NOW - 60 + svc.spec.startup_timeout_seconds + 1)
+    p = plan_serving(svc, late)
+    (row,) = p.status["groups"]
+    assert row["attempt"] == 1 and row["startupFailures"] == 1 and row["nodes"] == []
+    assert [e[1] for e in p.events] == [REPLICA_GROUP_NOT_STARTED]
+    assert row["message"].startswith(MODEL_COPY_FAILED) and "DigestMismatch" in p.events[0][2]
+
+
+def test_a_copy_still_downloading_is_never_cut_short_and_one_nobody_reports_is():
+    svc = mk_service("chat", gpus=8, model=HF, status={"groups": [GROUP0]})
+    key = cache_key(svc.spec.model, "default")
+    pod = (b.ServingPod(svc, 0, 0).on("n1").phase("Pending").ready(False).record())
+    late = NOW - 60 + svc.spec.startup_timeout_seconds + 1
+    ctx = ServingContext(now=late, desired=1, pods=[pod], nodes={"n1": mk_node("n1", 8)}, template_hash="h",
+                         shape=GroupShape(pool="p", pods=1, gpus=8, held=8), model_key=key,
+                         model_caches={"n1": {key: CopyState("Downloading", 40)}})
+    assert plan_serving(svc, ctx).status["groups"][0]["attempt"] == 0
+    (row,) = plan_serving(svc, replace(ctx, model_caches={})).status["groups"]
+    assert row["attempt"] == 1 and "no node agent reported" in row["message"]

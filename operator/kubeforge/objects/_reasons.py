@@ -144,6 +144,10 @@ STARTUP_TIMEOUT: Final = "StartupTimeout"
 """``Admitted=False`` (Running, Ready; a Warning Event): not every worker ran
 ``startupTimeoutSeconds`` after admission (and no pod says why): a startup failure. Also a
 serving group's failed start."""
+MODEL_COPY_FAILED: Final = "ModelCopyFailed"
+"""A serving group's failed start (a Warning Event): ``startupTimeoutSeconds`` after admission a
+node of the group still has no verified copy of the service's ``spec.model`` and its agent's last
+fetch failed (its reason in the message): the group is placed again, its GPUs not held waiting."""
 VOLUME_NOT_BOUND: Final = "VolumeNotBound"
 """``Admitted=False`` (Running, Ready; a Warning Event): the gang did not start within
 ``startupTimeoutSeconds`` because its own checkpoint claim never became Bound (its workers
@@ -163,7 +167,7 @@ BLOCKED_UNTIL_SPEC_CHANGES: Final = (INVALID_SPEC, UNSCHEDULABLE_TEMPLATE)
 spec changes."""
 
 STARTUP_FAILURE_REASONS: Final = (STARTUP_TIMEOUT, PLACEMENT_LOST, CREATE_FAILED, UNSCHEDULABLE, VOLUME_NOT_BOUND,
-                                  SECRET_NOT_FOUND)
+                                  SECRET_NOT_FOUND, MODEL_COPY_FAILED)
 """kubeforge's own reasons of a failed start (``restarts.startupFailures``); a stuck container's
 own reason (``ErrImagePull``...) is the other kind. The labels of ``kubeforge_startup_failures_total``
 known in advance."""

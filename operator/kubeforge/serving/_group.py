@@ -7,9 +7,10 @@ from dataclasses import replace
 from typing import Sequence
 
 from kubeforge.api import DrainReason, GroupPhase, InferenceServiceSpec, StartupPolicy
+from kubeforge.modelcache import FAILED as COPY_FAILED
 from kubeforge.objects import (
-    NORMAL, PLACEMENT_LOST, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED, REPLICA_GROUP_RESTARTED, ROLLING_OUT,
-    STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING, GroupRecord, InferenceServiceRecord, Pod,
+    MODEL_COPY_FAILED, NORMAL, PLACEMENT_LOST, REPLICA_GROUP_FAILED, REPLICA_GROUP_NOT_STARTED, REPLICA_GROUP_RESTARTED,
+    ROLLING_OUT, STARTUP_TIMEOUT, UNSCHEDULABLE, UNSCHEDULABLE_TEMPLATE, WARNING, GroupRecord, InferenceServiceRecord, Pod,
     interruption_reason, own_constraint_cause, rejected_by_kubelet, waits_for_volume,
 )
 from kubeforge.serving._context import DRAIN_POLL_SECONDS, ServingContext, ServingPlan
@@ -109,7 +110,26 @@ class GroupRules:
                                           f"admission" + (f" ({p.unschedulable_message})" if p.unschedulable_message else ""))
             if p is not None and p.waiting:
                 return p.waiting_reason or STARTUP_TIMEOUT, f"pod {p.name}: {p.waiting}"
-        return None  # every pod bound and not stuck: pulling or loading, never cut short
+        return self.copy_failed(g)  # else every pod bound and not stuck: pulling or loading, never cut short
+
+    def copy_failed(self, g: GroupRecord) -> tuple[str, str] | None:
+        """(ModelCopyFailed, message) when a node of the group has no verified copy of the model
+        and its agent's last fetch failed, or no agent reported the copy at all (asked once the
+        start timed out): its pods' init container would wait for a copy that may never come,
+        holding the GPUs. A copy still downloading is never cut short (a 405B model takes half
+        an hour)."""
+        key = self.ctx.model_key
+        if key is None:
+            return None
+        after = f"{self.spec.startup_timeout_seconds}s after admission"
+        for node in g.nodes:
+            copy = (self.ctx.model_caches.get(node) or {}).get(key)
+            if copy is None:
+                return MODEL_COPY_FAILED, f"no node agent reported a copy of the model on node {node} {after}"
+            if copy.phase == COPY_FAILED:
+                return MODEL_COPY_FAILED, (f"node {node} has no copy of the model {after}: its fetch failed "
+                                           f"({copy.reason or 'Failed'})")
+        return None
 
     def fail_or_replace(self, g: GroupRecord, *, restarts: int, startup_failures: int, why: str,
                         reason: str, keep_nodes: bool) -> GroupRecord:
