@@ -5,16 +5,13 @@ model from a local Hugging Face Hub stand-in with ``huggingface_hub``, and place
 the statuses follow what the agents report.
 
 Each node's disk is a directory of its own here: the agents run on one machine, so
-:class:`NodeDiskApi` points each node's ``spec.hostPath`` at ``<tmp>/<node>`` (on a real cluster
+:class:`kubeforge.sim.cacheagents.NodeDiskApi` (started by :class:`~kubeforge.sim.cacheagents.LocalAgents`)
+points each node's ``spec.hostPath`` at ``<tmp>/<node>`` (on a real cluster
 every node has its own disk at the pool's path). Everything else is what ships. Every wait is
 bounded.
 """
 
 from __future__ import annotations
-
-import threading
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,28 +23,6 @@ pytestmark = pytest.mark.cluster
 
 REPO = "kubeforge-test/tiny-llama"
 NAME = "chat"
-
-
-class NodeDiskApi:
-    """The agent's API (:class:`kubeforge.cacheagent.KubeCacheApi`) with the node's hostPath moved
-    under ``root/<node>``: one disk a node although every agent runs here."""
-
-    def __init__(self, kubeconfig: str, root: Path) -> None:
-        from kubeforge.cacheagent import KubeCacheApi
-
-        self.api, self.root = KubeCacheApi(kubeconfig), root
-
-    def get_node_cache(self, name: str) -> dict[str, Any] | None:
-        obj = self.api.get_node_cache(name)
-        if obj is not None:
-            obj.setdefault("spec", {})["hostPath"] = str(self.root / name)
-        return obj
-
-    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        return self.api.read_secret(namespace, name)
-
-    def patch_status(self, name: str, status: Any) -> None:
-        self.api.patch_status(name, status)
 
 
 @pytest.fixture
@@ -62,22 +37,10 @@ def hub(tmp_path):
 @pytest.fixture
 def agents(cluster, hub, tmp_path):
     """Start one agent a node: ``agents(nodes)``; stopped after the test."""
-    from kubeforge.cacheagent import CacheAgent
+    from kubeforge.sim.cacheagents import LocalAgents
 
-    stop, threads = threading.Event(), []
-
-    def start(nodes: list[str]) -> None:
-        for node in nodes:
-            agent = CacheAgent(node, NodeDiskApi(str(cluster.kubeconfig), tmp_path / "disks"),
-                               identity=f"agent-{node}", hf_endpoint=hub.url)
-            t = threading.Thread(target=agent.run, args=(stop, 0.5), name=f"agent-{node}", daemon=True)
-            t.start()
-            threads.append(t)
-
-    yield start
-    stop.set()
-    for t in threads:
-        t.join(timeout=30)
+    with LocalAgents(str(cluster.kubeconfig), tmp_path / "disks", hub.url, interval=0.5) as local:
+        yield local.start
 
 
 def service(namespace: str, commit: str, replicas: int) -> dict:
