@@ -12,6 +12,8 @@ test reads the cluster itself and checks what the demo printed and drew:
   down to it, with no group left;
 - each 405B group's pods are inside one NVLink domain, the status says the same nodes;
 - no Warning Event;
+- the model-cache step: one replica Cached on the node keeping the model warm, one Cold on
+  another, each node's copies and the pool's Models column printed, the step's objects gone;
 - the PNG exists, is a PNG, has a sane size and names both panels, and the figure had 2 panels.
 """
 
@@ -142,6 +144,23 @@ def test_the_demo_places_scales_and_draws_what_the_cluster_shows(demo_run):
         assert f"group {g['index']}: nvlink {labels[g['nodes'][0]][CLIQUE]}" in text
 
     assert res.warnings == [] and "Warning Events during the demo: none" in text
+
+    # a model kept warm on one node of a small pool, one replica started Cached there and one Cold
+    # on another (whose agent then fetched its copy), the pool's Models column, the modelled start
+    # times of a 70B model (kubeforge.sim.weights), and nothing of the step left (issue 29)
+    reps = re.findall(r"replica \d: node (\S+), weights (Cached|Cold) \(Loaded\); modelled start of a 70B model "
+                      r"(\d+) s", text)
+    assert sorted(r[1] for r in reps) == ["Cached", "Cold"] and len({r[0] for r in reps}) == 2, text
+    warm, cold = (next(r for r in reps if r[1] == src) for src in ("Cached", "Cold"))
+    assert f"keepWarm copy Ready on {warm[0]} " in text and (warm[2], cold[2]) == ("174", "456"), (warm, cold)
+    assert re.search(rf"ModelCacheNode {warm[0]}: tiny-llama Ready \(wanted: (Placed, KeepWarm|KeepWarm, Placed)\)",
+                     text), text
+    assert f"ModelCacheNode {cold[0]}: tiny-llama Ready (wanted: Placed)" in text
+    assert re.search(r"^  h100-models\s+3\s+24\s+8\s+16\s.*tiny-llama 2/3", text, re.M), text
+    assert "kwok runs no engine" in text and "Warning Events during the step: none" in text
+    assert not get(c, "modelcachenodes")["items"]
+    assert [p["metadata"]["name"] for p in get(c, "gpupools")["items"]] == ["h100"]
+    assert c.kubectl("get", "inferenceservice", "tiny-llama", "--ignore-not-found").stdout == ""
 
     # the picture: a PNG of a sane size naming both panels, drawn with 2 panels
     png = out_dir / "demo.png"

@@ -12,9 +12,14 @@
    job rank and each group landed and the pool's GPUs per domain.
 4. Replays a burst of the Azure LLM inference trace against the chat service and prints it
    scaling from zero, up under the burst and back to zero after it (replicas, queue, Events).
-5. Prints the pool again, any Warning Event (there should be none), and draws the picture
-   (``--plot``, default ``demo-output/demo.png``): GPUs allocated per NVLink domain, and the
-   chat service's replicas against its queue, over the demo.
+5. Prints the pool again and any Warning Event (there should be none).
+6. Shows model weights cached on the nodes (issue 29, :mod:`kubeforge._demo.models`): on 3
+   nodes left free, a GPUPool keeps a tiny model warm on one (real node agents fetch it from a
+   local Hugging Face Hub stand-in), and a 2-replica service of it starts one replica Cached on
+   that node and one Cold on another; prints the nodes' copies, the pool's Models column and
+   each replica's weights source with its modelled start time for a 70B model, then deletes it.
+7. Draws the picture (``--plot``, default ``demo-output/demo.png``): GPUs allocated per NVLink
+   domain, and the chat service's replicas against its queue, over the demo.
 
 The cluster and the operator keep running; ``kubeforge sim down`` stops both. Prometheus, the
 simulator and the activator stop with the demo (the services then hold their replicas:
@@ -121,8 +126,8 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
     The steps (the module docstring's, one function each in :mod:`kubeforge._demo.steps`):
     check Prometheus and the trace, start the cluster and (on a side thread) the serving stack,
     apply the CRDs and the activator's Service, start the operator, apply the examples, wait
-    for the placements, print them, replay the burst, print the end state, stop the stack,
-    draw the picture, print how to look further.
+    for the placements, print them, replay the burst, print the end state, show the model
+    cache, stop the stack, draw the picture, print how to look further.
 
     Args:
         name: The cluster's name.
@@ -163,6 +168,8 @@ def demo(name: str, fleet_path: Path, timeout: float, burst_seconds: float = DEF
         steps.replay_burst(run, burst_seconds)
         emit()
         steps.report_end(run, wall_start)
+        emit()
+        steps.model_cache(run)
     finally:
         run.stop()
     steps.draw(run, out_dir, plot, no_plot)

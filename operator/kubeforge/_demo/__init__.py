@@ -17,5 +17,7 @@ each other, the standard library and public names of other packages (never ``kub
 - :mod:`.timeline`: samples of the pool and the chat service over the demo (a thread);
 - :mod:`.serving`: Prometheus, the model-server simulator and the activator on loopback, and
   the burst of requests replayed from the Azure trace;
+- :mod:`.models`: model weights cached on the nodes (a pool keeping a model warm, real node
+  agents, a cached replica start beside a cold one);
 - :mod:`.plot`: the two-panel PNG (matplotlib).
 """

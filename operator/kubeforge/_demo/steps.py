@@ -2,7 +2,7 @@
 :func:`preflight`, :meth:`Run.begin` (the serving stack starts on a side thread),
 :func:`apply_crds`, (the operator starts), :func:`start_sampler`, :func:`apply_examples`,
 :func:`wait_placed`, :func:`report_placement`, :func:`replay_burst`, :func:`report_end`,
-:meth:`Run.stop`, :func:`draw`, :func:`closing`.
+:func:`model_cache`, :meth:`Run.stop`, :func:`draw`, :func:`closing`.
 
 Each step reads and fills one :class:`Run`; the lines for the user go to ``run.emit``, progress
 to :func:`~kubeforge._demo.scene.say`.
@@ -24,7 +24,7 @@ from kubeforge.sim.modelserver import AZURE_CODE_TRACE
 from kubeforge.sim.prometheus import PrometheusError, ensure_prometheus
 from kubeforge.sim.tools import REPO_ROOT
 
-from . import report
+from . import models, report
 from .kube import Kube, wait_until
 from .plot import plot as draw_plot
 from .pool import PoolTables
@@ -291,6 +291,12 @@ def report_end(run: Run, wall_start: float) -> None:
         emit(f"  {w}")
     if warn:
         res.problems.append(f"{len(warn)} Warning Events")
+
+
+def model_cache(run: Run) -> None:
+    """A model kept warm on a node, and a cached replica start beside a cold one (issue 29):
+    :func:`kubeforge._demo.models.show`, on nodes the burst left free."""
+    models.show(run.c, run.kube, run.stack, run.emit, run.res)
 
 
 def draw(run: Run, out_dir: Path, plot: Path, no_plot: str | None) -> None:
