@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+import builders as b
 from conftest import apply, wait_for
 
 from e2e.chaos import corpus, invariants, lifecycles
@@ -138,14 +139,11 @@ def describe_jobs(kube: Kube, ns: str, names: list[str]) -> str:
 
 
 def small_job(name: str, ns: str, pool: str, replicas: int = 1, gpus: int = 2, **spec) -> dict:
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name, "namespace": ns},
-        "spec": {"pools": [pool], "replicas": replicas, "gpusPerReplica": gpus,
-                 "topology": {"mode": "Preferred", "level": "nvlink"},
-                 "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [
-                     {"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"]}]}},
-                 **spec},
-    }
+    """A TrainingJob manifest, nvlink Preferred, pods gone 1 s after a delete; ``spec`` over it."""
+    return (b.TrainingJob(name).ns(ns).priority(None).pools(pool).replicas(replicas).gpus(gpus)
+            .topology("Preferred", "nvlink").template({"spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                {"name": "trainer", "image": "example.com/train:1", "command": ["torchrun", "train.py"]}]}})
+            .spec(**spec).manifest())
 
 
 # --- 1. the hostile corpus -------------------------------------------------------------------
@@ -160,8 +158,7 @@ def _tainted_pool(cluster, name: str) -> list[str]:
         "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}]})
     nodes = node_manifests(f)
     cluster.apply_nodes(nodes)
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": name},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": name}}}})
+    apply(cluster, b.GPUPool(name).selector({"matchLabels": {"kubeforge.io/test-fleet": name}}).manifest())
     return [n["metadata"]["name"] for n in nodes]
 
 
@@ -520,17 +517,16 @@ def test_operator_started_during_an_api_server_outage_serves_once_it_is_back(clu
 
 
 def _isvc(name: str, ns: str, pool: str, url: str, query: str) -> dict:
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "pools": [pool], "gpusPerReplica": 1, "minReplicas": 0, "maxReplicas": 3,
-            "template": {"spec": {"terminationGracePeriodSeconds": 0,
-                                  "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0"}]}},
-            "autoscaling": {"prometheusURL": url, "metric": "Custom", "query": query, "targetPerReplica": 4,
-                            "pollingIntervalSeconds": 1, "scaleToZeroAfterSeconds": 2,
-                            "scaleDown": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1}},
-        },
-    }
+    """0 to 3 one-GPU replicas scaled every second on ``query`` (Custom, 4 a replica) from ``url``,
+    down to zero after 2 s."""
+    return (b.InferenceService(name).ns(ns).without("topology").pools(pool).gpus(1)
+            .spec(minReplicas=0, maxReplicas=3)
+            .template({"spec": {"terminationGracePeriodSeconds": 0,
+                                "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0"}]}})
+            .spec(autoscaling={"prometheusURL": url, "metric": "Custom", "query": query, "targetPerReplica": 4,
+                               "pollingIntervalSeconds": 1, "scaleToZeroAfterSeconds": 2,
+                               "scaleDown": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1}})
+            .manifest())
 
 
 @pytest.mark.timeout(300)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import builders as b
 from conftest import TEST_CLUSTER, apply, get_json, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -105,8 +106,7 @@ def make_fleet(c) -> None:
     groups = [{"name": f"c{i}", "count": 4, "gpu": {"count": 8},
                "labels": {"kubeforge.io/test-fleet": POOL, "nvidia.com/gpu.clique": f"{POOL}.c{i}"}} for i in range(4)]
     c.apply_nodes(node_manifests(Fleet.model_validate({"name": POOL, "groups": groups})))
-    apply(c, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": POOL},
-              "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": POOL}}}})
+    apply(c, b.GPUPool(POOL).selector({"matchLabels": {"kubeforge.io/test-fleet": POOL}}).manifest())
 
 
 def operator_429s(c) -> int:
