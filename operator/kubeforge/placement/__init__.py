@@ -14,6 +14,7 @@ Typical use by a handler::
 
 from ._affinity import node_affinity
 from ._fit import place_gang
+from ._index import PoolIndex
 from ._misfit import HOSTNAME_LABEL, format_quantity, node_misfit
 from ._model import (
     MODES,
@@ -63,6 +64,7 @@ __all__ = [
     "NodeInfo",
     "PendingGang",
     "Placement",
+    "PoolIndex",
     "PoolSummary",
     "Result",
     "TopologyLevel",

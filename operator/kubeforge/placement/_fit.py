@@ -1,12 +1,14 @@
 """Gang fitting: choose a topology domain and nodes for a gang, best fit first.
 
 The shared pieces (candidates, the per-node best fit, NoFit reasons) live in :mod:`._gang`;
-gangs of whole free nodes are placed by :mod:`._whole`.
+gangs of whole free nodes are placed by :mod:`._whole`. :class:`~kubeforge.placement.PoolIndex`
+(:mod:`._index`) decides with the same functions from candidates and domain totals it keeps
+through a round (:func:`place_in_mode`, :func:`choose_domain`).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ._gang import Cand, Choice, candidates, greedy, level_nofit, placement, plural, pool_nofit
 from ._misfit import needs_misfit, needs_nofit_reason, spread_violation
@@ -17,25 +19,21 @@ from ._whole import place_whole_nodes
 _EMPTY: Mapping[str, int] = {}
 
 
-Best = tuple[tuple[int, int, str], str, Choice, int]
-"""A fitting domain: (rank key, domain, choice, domain free GPUs); the key is (free GPUs left
-in the domain, nodes touched, domain name)."""
+Best = tuple[tuple[int, int, str], str, Choice, int, Sequence[Cand]]
+"""A fitting domain: (rank key, domain, choice, domain free GPUs, the domain's candidates); the
+key is (free GPUs left in the domain, nodes touched, domain name)."""
+
+DomainsAt = Callable[[int], "tuple[Best | None, int, Mapping[str, int]]"]
+"""``i -> (best, fitting, slots)``: :func:`choose_domain`'s answer for the pool's ``levels[i]``,
+narrower levels ``levels[:i]``, for the request being placed."""
 
 
-def _best_domain(
-    cands: Sequence[Cand],
-    level: TopologyLevel,
-    narrower: Sequence[TopologyLevel],
-    replicas: int,
-    gpus: int,
-) -> tuple[Best | None, int, dict[str, int]]:
-    """The best fitting domain of ``level`` (None when none fits), how many fit, and every
-    domain's slot count.
-
-    A domain fits exactly when its nodes have ``replicas`` slots in all (the greedy choice
-    inside it then always succeeds), so nodes are chosen only for the domains that tie for the
-    fewest GPUs left over: the rest cannot win on the rank key.
-    """
+def domain_totals(
+    cands: Sequence[Cand], level: TopologyLevel
+) -> tuple[dict[str, int], dict[str, int], dict[str, list[Cand]]]:
+    """Per domain of ``level`` (in the order its first candidate comes), the replica slots and
+    the free GPUs of its candidates, and the candidates themselves; candidates without the
+    level's label are left out."""
     slots: dict[str, int] = {}
     free: dict[str, int] = {}
     groups: dict[str, list[Cand]] = {}
@@ -46,6 +44,24 @@ def _best_domain(
             groups.setdefault(value, []).append(cand)
             slots[value] = slots.get(value, 0) + cand.slots
             free[value] = free.get(value, 0) + cand.free
+    return slots, free, groups
+
+
+def choose_domain(
+    slots: Mapping[str, int],
+    free: Mapping[str, int],
+    members: Callable[[str], Sequence[Cand]],
+    narrower: Sequence[TopologyLevel],
+    replicas: int,
+    gpus: int,
+) -> tuple[Best | None, int, Mapping[str, int]]:
+    """The best fitting domain (None when none fits), how many fit, and ``slots``, from every
+    domain's totals (:func:`domain_totals`) and ``members(domain)``, its candidates.
+
+    A domain fits exactly when its nodes have ``replicas`` slots in all (the greedy choice
+    inside it then always succeeds), so nodes are chosen only for the domains that tie for the
+    fewest GPUs left over: the rest cannot win on the rank key.
+    """
     need = replicas * gpus
     fit = [name for name, n in slots.items() if n >= replicas]
     if not fit:
@@ -55,12 +71,26 @@ def _best_domain(
     for name in fit:
         if free[name] - need != least:
             continue
-        choice = _place_within(groups[name], narrower, replicas, gpus)
+        group = members(name)
+        choice = _place_within(group, narrower, replicas, gpus)
         assert choice is not None  # enough slots: the greedy choice always succeeds
-        entry = ((least, len(choice), name), name, choice, free[name])
+        entry = ((least, len(choice), name), name, choice, free[name], group)
         if best is None or entry[0] < best[0]:
             best = entry
     return best, len(fit), slots
+
+
+def _best_domain(
+    cands: Sequence[Cand],
+    level: TopologyLevel,
+    narrower: Sequence[TopologyLevel],
+    replicas: int,
+    gpus: int,
+) -> tuple[Best | None, int, Mapping[str, int]]:
+    """The best fitting domain of ``level`` among ``cands`` (None when none fits), how many
+    fit, and every domain's slot count (:func:`choose_domain` of :func:`domain_totals`)."""
+    slots, free, groups = domain_totals(cands, level)
+    return choose_domain(slots, free, groups.__getitem__, narrower, replicas, gpus)
 
 
 def _place_within(
@@ -81,7 +111,7 @@ def _others(count: int) -> str:
 
 
 def _domain_reason(level: str, best: Best, n_fitting: int, request: GangRequest) -> str:
-    _, name, choice, free = best
+    _, name, choice, free, _ = best
     left = free - request.gpus
     return (
         f"best fit: {level} domain {name} leaves {left} of its {free} free GPUs "
@@ -153,9 +183,16 @@ def place_gang(
     """
     result = _place_gang(request, nodes, levels, reserved)
     if request.spread_keys and isinstance(result, Placement):
-        why = spread_violation(request, {n.name: n for n in nodes}, result.nodes)
-        if why:
-            return NoFit(reason=why, level=result.level, gpus_short=request.gpus, permanent=True)
+        return spread_checked(request, result, {n.name: n for n in nodes})
+    return result
+
+
+def spread_checked(request: GangRequest, result: Placement, by_name: Mapping[str, NodeInfo]) -> Result:
+    """``result``, or the permanent :class:`NoFit` of its breaking ``request.spread_keys``
+    (``by_name``: the pool's nodes by name)."""
+    why = spread_violation(request, by_name, result.nodes)
+    if why:
+        return NoFit(reason=why, level=result.level, gpus_short=request.gpus, permanent=True)
     return result
 
 
@@ -174,13 +211,31 @@ def _place_gang(
     if isinstance(fitting, NoFit):
         return fitting
     cands = candidates(request, fitting, levels, reserved)
+    replicas, g = request.replicas, request.gpus_per_replica
+    return place_in_mode(request, fitting, cands, levels,
+                         lambda i: _best_domain(cands, levels[i], levels[:i], replicas, g))
+
+
+def place_in_mode(
+    request: GangRequest,
+    nodes: Sequence[NodeInfo],
+    cands: Sequence[Cand],
+    levels: Sequence[TopologyLevel],
+    domains_at: DomainsAt,
+) -> Result:
+    """The rule of the gang's mode (:func:`~kubeforge.placement._whole.place_whole_nodes` for
+    whole-node gangs with a topology, :func:`_place_anywhere`, :func:`_place_required` or
+    :func:`_place_preferred`) over the fitting ``nodes`` and their ``cands``
+    (:func:`~kubeforge.placement._gang.candidates`, in the order of ``nodes``); ``domains_at``
+    answers what :func:`_best_domain` over ``cands`` would (:class:`~kubeforge.placement.PoolIndex`
+    answers it from totals it keeps)."""
     if request.whole_nodes and request.mode != "None":
-        return place_whole_nodes(request, fitting, cands, levels)
+        return place_whole_nodes(request, nodes, cands, levels)
     if request.mode == "None":
-        return _place_anywhere(request, fitting, cands)
+        return _place_anywhere(request, nodes, cands)
     if request.mode == "Required":
-        return _place_required(request, fitting, cands, levels)
-    return _place_preferred(request, fitting, cands, levels)
+        return _place_required(request, nodes, cands, levels, domains_at)
+    return _place_preferred(request, nodes, cands, levels, domains_at)
 
 
 def _fitting_nodes(request: GangRequest, nodes: Sequence[NodeInfo]) -> Sequence[NodeInfo] | NoFit:
@@ -240,11 +295,11 @@ def _place_anywhere(request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequ
 
 
 def _place_required(
-    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel]
+    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel],
+    domains_at: DomainsAt,
 ) -> Result:
     """``Required`` mode: the best-fit domain of the request's level, or a :class:`NoFit`
     (permanent for an unknown level)."""
-    g = request.gpus_per_replica
     index = find_level(levels, request.level) if request.level else None
     if index is None:
         known = ", ".join(level_names(levels)) or "none"
@@ -255,17 +310,18 @@ def _place_required(
             permanent=True,
         )
     level = levels[index]
-    best, n_fitting, slots = _best_domain(cands, level, levels[:index], request.replicas, g)
+    best, n_fitting, slots = domains_at(index)
     if best is None:
         return level_nofit(request, nodes, level, slots)
     return placement(
-        best[2], cands, request, level.name, best[1],
+        best[2], best[4], request, level.name, best[1],
         _domain_reason(level.name, best, n_fitting, request),
     )
 
 
 def _place_preferred(
-    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel]
+    request: GangRequest, nodes: Sequence[NodeInfo], cands: Sequence[Cand], levels: Sequence[TopologyLevel],
+    domains_at: DomainsAt,
 ) -> Result:
     """``Preferred`` mode: the best-fit domain of the first level, from the request's (or the
     narrowest) towards wider ones, where one fits; else the per-node best fit over the pool."""
@@ -281,13 +337,13 @@ def _place_preferred(
     missed: list[str] = []
     for i in range(start, len(levels)):
         level = levels[i]
-        best, n_fitting, slots = _best_domain(cands, level, levels[:i], request.replicas, g)
+        best, n_fitting, _ = domains_at(i)
         if best is not None:
             lead = prefix
             if missed:
                 lead += f"no {' or '.join(missed)} domain fits; "
             return placement(
-                best[2], cands, request, level.name, best[1],
+                best[2], best[4], request, level.name, best[1],
                 lead + _domain_reason(level.name, best, n_fitting, request),
             )
         missed.append(level.name)
