@@ -35,15 +35,22 @@ def digest(plan) -> dict:
 
 @pytest.fixture
 def fits(monkeypatch) -> list[int]:
-    """Counts the round's calls of ``place_gang`` (the plain fit and the nominated one)."""
+    """Counts the round's placements of a gang (the plain fit and the nominated one): its calls of
+    ``place_gang`` and of a pool's ``PoolIndex.place`` (the same answer, see
+    ``tests/test_placement_index.py``; it calls ``place_gang`` of its own module, not counted twice)."""
     count = [0]
-    real = round_module.place_gang
+    real, real_indexed = round_module.place_gang, round_module.PoolIndex.place
 
     def counting(*a, **kw):
         count[0] += 1
         return real(*a, **kw)
 
+    def counting_indexed(self, request):
+        count[0] += 1
+        return real_indexed(self, request)
+
     monkeypatch.setattr(round_module, "place_gang", counting)
+    monkeypatch.setattr(round_module.PoolIndex, "place", counting_indexed)
     return count
 
 
