@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import builders as b
 from conftest import TEST_CLUSTER, apply, get_json, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -132,20 +133,18 @@ def make_fleet(c) -> None:
     nodes = node_manifests(Fleet.model_validate({"name": "upgrade", "groups": groups}))
     c.apply_nodes(nodes)
     for pool in ("train", "serve"):
-        apply(c, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": pool},
-                  "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": pool}}}})
+        apply(c, b.GPUPool(pool).selector({"matchLabels": {"kubeforge.io/test-fleet": pool}}).manifest())
 
 
 def workloads() -> list[dict]:
     """100 jobs (even: 1 x 2 GPUs, odd: a gang of 2 x 1 GPU in one NVLink clique) and a 405B-class
     service: tensor 8 x pipeline 2 (2-node groups), 2 replicas."""
     jobs = [training_job(f"j-{i:03d}", NS, replicas=1 + i % 2, gpus=2 - i % 2, pools=["train"]) for i in range(JOBS)]
-    svc = {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": SERVICE, "namespace": NS},
-           "spec": {"pools": ["serve"], "parallelism": {"tensor": 8, "pipeline": 2}, "minReplicas": 2, "maxReplicas": 2,
-                    "topology": {"mode": "Required", "level": "nvlink"},
-                    "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [
-                        {"name": "vllm", "image": "vllm/vllm-openai:v0.6.4",
-                         "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B-Instruct"]}]}}}}
+    svc = (b.InferenceService(SERVICE).ns(NS).pools("serve").gpus(None).topology("Required", "nvlink")
+           .spec(parallelism={"tensor": 8, "pipeline": 2}, minReplicas=2, maxReplicas=2)
+           .template({"spec": {"terminationGracePeriodSeconds": 0, "containers": [
+               {"name": "vllm", "image": "vllm/vllm-openai:v0.6.4",
+                "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B-Instruct"]}]}}).manifest())
     return jobs + [svc]
 
 
