@@ -110,10 +110,9 @@ def test_a_model_is_kept_warm_preferred_by_placement_and_fetched_once_per_node(c
     # cold (never waits): its node is asked for the copy and fetches it once
     cluster.kubectl("patch", "inferenceservice", NAME, "-n", namespace, "--type=merge", "-p",
                     '{"spec":{"minReplicas":3,"maxReplicas":3}}')
-    wait_for(lambda: [g for g in groups(cluster, namespace) if g.get("nodes") == [busy]], timeout=60,
-             what="a replica on the busy node")
-    # (its weights' source is read at its first status write: a 256 KiB copy may be Ready by then,
-    # so it is not asserted here; the pure tests check Cold / Downloading)
+    cold = wait_for(lambda: [g for g in groups(cluster, namespace) if g.get("nodes") == [busy]
+                             and g.get("weights")], timeout=60, what="a replica on the busy node")[0]
+    assert cold["weights"]["source"] == "Cold"  # admission's view when it placed it, however fast the copy came
     wait_for(lambda: copies(cluster, busy).get(key) == "Ready", timeout=90, what="the cold node's copy Ready")
     wait_for(lambda: (get_json(cluster, "gpupool", namespace).get("status") or {}).get("modelsSummary")
              == "tiny-llama 2/2", timeout=30, what="the pool's Models column")
