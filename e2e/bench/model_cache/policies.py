@@ -5,8 +5,9 @@
   copy first, their NVLink domains next (groups), the whole pool last. Pods use the node copy
   (one download a node, shared, LRU-evicted when the cache needs room).
   It also warms ahead (the issue's Forecast want, :func:`warm_target`): when a service's target
-  rose at the last tick (a trend forecast: the next tick likely asks for one more), the nodes
-  its next replica would use get a copy now, if they hold none.
+  rose at the last tick (a trend forecast: the next ticks likely ask for more), the nodes its
+  next replicas would use (up to the operator's ``MAX_WARM_AHEAD``, 2, as its Forecast want
+  does) get a copy now, if they hold none.
 * ``kubeforge-no-warm``: the same placement without the warming, to show what each part buys.
 * ``kubeforge-no-preference``: the same node caches, the same placement without the cache's
   tiers (plain ``place_gang``): caches fill where replicas happen to land.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from kubeforge.admission import MAX_WARM_AHEAD
 from kubeforge.modelcache import place_preferring_cache
 from kubeforge.placement import GangRequest, NodeInfo, NoFit, Placement, Result, place_gang
 
@@ -83,11 +85,19 @@ def place(policy: str, svc: Service, nodes: Sequence[NodeInfo], ready: frozenset
     return place_gang(req, nodes, LEVELS), False
 
 
-def warm_target(svc: Service, nodes: Sequence[NodeInfo], fetching: frozenset[str]) -> tuple[str, ...]:
-    """The nodes that should fetch ``svc``'s model now so that its next replica starts cached:
-    where the next replica would be placed (preferring nodes that hold or fetch a copy), less
-    those that hold or fetch one; empty when it would not fit."""
-    result = place_preferring_cache(place_gang, request(svc), nodes, LEVELS, {}, fetching).result
-    if not isinstance(result, Placement):
-        return ()
-    return tuple(n for n in result.nodes if n not in fetching)
+def warm_target(svc: Service, nodes: Sequence[NodeInfo], fetching: frozenset[str],
+                ahead: int = MAX_WARM_AHEAD) -> tuple[str, ...]:
+    """The nodes that should fetch ``svc``'s model now so that its next ``ahead`` replicas start
+    cached (the operator's :data:`kubeforge.admission.MAX_WARM_AHEAD`, 2): where they would be
+    placed one after the other (preferring nodes that hold or fetch a copy), less those that
+    hold or fetch one; fewer when they do not fit."""
+    taken: dict[str, int] = {}
+    out: list[str] = []
+    for _ in range(ahead):
+        result = place_preferring_cache(place_gang, request(svc), nodes, LEVELS, taken, fetching).result
+        if not isinstance(result, Placement):
+            break
+        for node, gpus in result.gpus_by_node.items():
+            taken[node] = taken.get(node, 0) + gpus
+        out += [n for n in result.nodes if n not in fetching and n not in out]
+    return tuple(out)

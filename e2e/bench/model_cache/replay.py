@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from kubeforge.api import ModelSource
+from kubeforge.admission import MAX_WARM_AHEAD
 from kubeforge.modelcache import cache_key
 from kubeforge.placement import GangRequest, NodeInfo, Placement, place_gang
 from kubeforge.sim.weights import DEFAULT_TIMES, WeightTimes, start_seconds
@@ -127,7 +128,7 @@ def _scale(policy: str, day: Day, st: _State, caches: NodeCaches, svc: Service, 
 
 def _warm(day: Day, st: _State, caches: NodeCaches, k: int, now: float) -> None:
     """Forecast wants: a service whose target rose at this tick and is met gets its next
-    replica's nodes warmed (see :func:`e2e.bench.model_cache.policies.warm_target`)."""
+    replicas' nodes warmed (up to ``MAX_WARM_AHEAD``, as the operator's Forecast want) (see :func:`e2e.bench.model_cache.policies.warm_target`)."""
     for svc in SERVICES:
         targets = day.targets[svc.name]
         if k == 0 or targets[k] <= targets[k - 1] or targets[k] >= svc.max:
@@ -135,7 +136,8 @@ def _warm(day: Day, st: _State, caches: NodeCaches, k: int, now: float) -> None:
         if len(st.replicas.get(svc.name, [])) < targets[k]:
             continue
         key = key_of(svc)
-        for node in warm_target(svc, _nodes(day, st), caches.fetching_or_ready(key)):
+        ahead = min(MAX_WARM_AHEAD, svc.max - targets[k])
+        for node in warm_target(svc, _nodes(day, st), caches.fetching_or_ready(key), ahead):
             caches.warm(node, key, svc.size, now)
 
 
