@@ -288,7 +288,7 @@ def test_the_cache_agent_turns_the_operators_model_cache_on(helm):
     rules = [
         r for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == f"{RELEASE}-kubeforge"
         for r in d["rules"]]
-    assert {"get", "list", "watch", "create", "patch"} <= {
+    assert {"get", "list", "watch", "create", "patch", "delete"} <= {
         v for r in rules if "modelcachenodes" in r["resources"] for v in r["verbs"]}
 
 
