@@ -17,6 +17,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+import builders
 from kubeforge.admission import plan_admission
 from kubeforge.api import Checkpoint, CheckpointMode, TrainingJobSpec
 from kubeforge.builders.checkpoint import build_pvc, checkpoint_claim, checkpoint_env
@@ -38,15 +39,17 @@ PLACEMENT = PlacementRecord(pool="h100", nodes=("n0", "n1"), level="nvlink", dom
 
 
 def body(checkpoint=None, name="llm", ns="team-a", uid="u-1", containers=None, volumes=None):
-    spec = {"pools": ["h100"], "replicas": 2, "gpusPerReplica": 8,
-            "template": {"spec": {"containers": containers or [
-                {"name": "trainer", "image": "pytorch:2", "env": [{"name": "A", "value": "1"}],
-                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
-                {"name": "sidecar", "image": "s:1"}], "volumes": volumes or [{"name": "data", "emptyDir": {}}]}}}
-    if checkpoint is not None:
-        spec["checkpoint"] = checkpoint
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": name, "namespace": ns, "uid": uid, "generation": 1}, "spec": spec}
+    """A 2 x 8-GPU TrainingJob in pool ``h100`` (a trainer with env and a data mount, a sidecar),
+    topology and priority left to their defaults, ``checkpoint`` its ``spec.checkpoint`` (None:
+    none): the manifest with a uid and generation 1, as the operator reads it."""
+    m = (builders.TrainingJob(name).ns(ns).without("topology", "priority").pools("h100").replicas(2).gpus(8)
+         .template({"spec": {"containers": containers or [
+             {"name": "trainer", "image": "pytorch:2", "env": [{"name": "A", "value": "1"}],
+              "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+             {"name": "sidecar", "image": "s:1"}], "volumes": volumes or [{"name": "data", "emptyDir": {}}]}})
+         .checkpoint(checkpoint).manifest())
+    m["metadata"].update(uid=uid, generation=1)
+    return m
 
 
 def record(checkpoint=None, **kw):
