@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting bench-backfill
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting bench-backfill bench-lws-live
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -127,6 +127,12 @@ bench-nvl72: setup
 # jobs with checkpoints of different ages, once with kubeforge and once with Kueue's preemption.
 bench-preemption-live: setup tools peers
 	$(BIN)/python -m e2e.bench.preemption_live $(BENCH_ARGS)
+
+# Issue 28's multi-node group start, live: create -> every pod of each 2 x 8 GPU group Ready,
+# kubeforge's InferenceService against the real LeaderWorkerSet on 8 kwok nodes, rounds
+# alternating (e2e/README-lws-live.md). BENCH_ARGS="--json FILE" feeds bench-autoscaling --lws-live.
+bench-lws-live: setup tools peers
+	$(BIN)/python -m e2e.bench.lws_live $(BENCH_ARGS)
 
 # Issue 27's endpoint target: 1,000 running jobs reporting every 10 s to the operator's status
 # endpoint (real tokens, real TLS) against a window without reports in the same run: the operator's
