@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+import builders as b
 from conftest import apply, events_for, get_json, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -45,20 +46,18 @@ def stack(cluster):
 
 
 def isvc(namespace: str, url: str, standby: int = 1) -> dict:
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "gpusPerReplica": 2, "minReplicas": 1, "maxReplicas": 3,
-            "standby": {"replicas": standby}, "drainSeconds": 0,
-            "template": {"spec": {"terminationGracePeriodSeconds": 0,
-                                  "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.0",
-                                                  "args": ["--model", "Qwen/Qwen3-32B"]}]}},
-            "autoscaling": {"prometheusURL": url, "targetPerReplica": 4, "pollingIntervalSeconds": 1,
-                            "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
-                            "scaleDown": {"stabilizationWindowSeconds": 600, "maxStep": 1, "periodSeconds": 1}},
-        },
-    }
+    """1 to 3 two-GPU replicas in the namespace's pool, ``standby`` of them kept asleep (warm
+    standby), drained at once, pods gone at once, autoscaled every second from ``url`` (4
+    waiting a replica; up at once, down held 600 s)."""
+    return (b.InferenceService(NAME).ns(namespace).without("topology").pools(namespace).gpus(2)
+            .spec(minReplicas=1, maxReplicas=3, standby={"replicas": standby}, drainSeconds=0)
+            .template({"spec": {"terminationGracePeriodSeconds": 0,
+                                "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.0",
+                                                "args": ["--model", "Qwen/Qwen3-32B"]}]}})
+            .spec(autoscaling={"prometheusURL": url, "targetPerReplica": 4, "pollingIntervalSeconds": 1,
+                               "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
+                               "scaleDown": {"stabilizationWindowSeconds": 600, "maxStep": 1, "periodSeconds": 1}})
+            .manifest())
 
 
 def status(cluster, ns: str) -> dict:
