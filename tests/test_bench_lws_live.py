@@ -114,3 +114,16 @@ def test_rounds_alternate_which_system_goes_first_and_the_defaults():
         "kubeforge-bench-lws", 5, 4, 2, 8, ["kubeforge", "lws"])
     with pytest.raises(SystemExit):
         parse_args(["--systems", "kueue"])
+
+
+def test_bench_autoscaling_reads_the_json_into_its_live_figures(tmp_path):
+    from e2e.bench.autoscaling.cli import parse_args as autoscaling_args
+
+    t = Tracker()
+    for system, ready in (("kubeforge", 1.2), ("lws", 0.8)):
+        t.start(system, "ns", system, groups=1, size=1, t0=0.0)
+        t.pod_event("ADDED", pod(f"{system}-0", system, 0, node="n", ready=True), ready)
+    summary.dump(summary.figures(list(t.groups.values()), 1, 1, 1, 8, (1.0, 1.0), "now"), tmp_path / "lws.json")
+    a = autoscaling_args(["--lws-live", str(tmp_path / "lws.json")])
+    assert (a.live.group_ready_p50, a.live.lws_ready_p50) == (1.2, 0.8)
+    assert autoscaling_args([]).live is None

@@ -38,6 +38,7 @@ from kubeforge.sim.modelserver import load_trace
 from e2e.bench.autoscaling.arrivals import (
     DAY_S, MODEL, NIGHT_FRACTION, PEAK_HOUR, day_arrivals, rate_series, step_stream, trace_requests,
 )
+from e2e.bench.autoscaling.compare import LiveFigures
 from e2e.bench.autoscaling.live import live
 from e2e.bench.autoscaling.replay import DRAIN_S, GATEWAY, SCRAPE_S
 from e2e.bench.autoscaling.runs import RunOptions, run
@@ -48,6 +49,7 @@ from e2e.bench.autoscaling.starts import CACHE_MODES, CACHED_START_S, COLD_START
 from e2e.bench.autoscaling.sweep import KUBEFORGE_ROWS
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.traces import AZURE_CODE, default_trace, trace_credit, trace_label
+from e2e.bench.lws_live.summary import load_figures
 
 #: The Azure code trace, the copy shipped with kubeforge (``$KUBEFORGE_TRACES`` names another folder).
 DEFAULT_TRACE = default_trace(AZURE_CODE)
@@ -158,6 +160,8 @@ def _flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-reference", action="store_true", help="skip the cheapest static count")
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the PNGs go")
     ap.add_argument("--no-live", action="store_true", help="skip the live run (no cluster, no Prometheus)")
+    ap.add_argument("--lws-live", type=Path, default=None, metavar="JSON",
+                    help="the figures of python -m e2e.bench.lws_live --json JSON, for the multi-node group target")
     ap.add_argument("--cluster", default=os.environ.get("KUBEFORGE_BENCH_CLUSTER", "kubeforge-bench"))
 
 
@@ -180,6 +184,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.overrides = parse_overrides(a.policy) or None
     a.rows = parse_rows(a.kubeforge_row)
     a.sweep_keys = None if a.sweep == "all" else [k for k in a.sweep.split(",") if k and k != "none"]
+    a.live = None
+    if a.lws_live is not None:
+        try:
+            kf, lws = load_figures(a.lws_live)
+        except (OSError, ValueError) as e:
+            ap.error(f"--lws-live: {e}")
+        a.live = LiveFigures(group_ready_p50=kf, lws_ready_p50=lws)
     return a
 
 
@@ -194,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(b, slo, a.overrides, a.starts, a.goal))
     print("Figures: simulated time, so the machine's load does not change them.")
     opts = RunOptions(slo, a.starts, a.goal, a.overrides, a.rows, a.sweep_keys, not a.no_floors, not a.no_reference,
-                      a.results, max(1, a.jobs), () if a.no_kubeforge_rows else KUBEFORGE_ROWS)
+                      a.results, max(1, a.jobs), () if a.no_kubeforge_rows else KUBEFORGE_ROWS, a.live)
     if "trace" in a.run_list:
         run("trace", f"{label} at trace speed ({len(rows)} requests, {rows[-1][0] / 60:.0f} min + 10 quiet), "
             f"replicas 1..{b.max_replicas}", trace_requests(rows), rows[-1][0] + 600, b, opts)

@@ -46,9 +46,11 @@ def _live_targets(live: LiveFigures | None) -> list[tuple[str, bool | None, str]
         k = (what_k, None, "not run by the simulated bench (the live comparison with a real KEDA is a separate part)")
     if live.group_ready_p50 and live.lws_ready_p50:
         x = live.group_ready_p50 / live.lws_ready_p50
-        lws = (what_l, x <= 1.5, f"{live.group_ready_p50:.1f}s vs {live.lws_ready_p50:.1f}s ({x:.2f}x)")
+        lws = (what_l, x <= 1.5, f"{live.group_ready_p50:.2f}s vs {live.lws_ready_p50:.2f}s ({x:.2f}x), from "
+               "python -m e2e.bench.lws_live")
     else:
-        lws = (what_l, None, "not run by the simulated bench (needs the real LeaderWorkerSet on the sim cluster)")
+        lws = (what_l, None, "not run by the simulated bench (python -m e2e.bench.lws_live --json FILE runs it on "
+               "the sim cluster with the real LeaderWorkerSet; --lws-live FILE brings its figures here)")
     return [k, lws]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from kubeforge.sim.modelserver import Request
 
 from e2e.bench.autoscaling.arrivals import MODEL
-from e2e.bench.autoscaling.compare import equal_table, issue28_targets, print_targets
+from e2e.bench.autoscaling.compare import LiveFigures, equal_table, issue28_targets, print_targets
 from e2e.bench.autoscaling.figure import plot
 from e2e.bench.autoscaling.oracle import MissCurves, OracleResult, oracle
 from e2e.bench.autoscaling.replay import Result, replay
@@ -46,6 +46,7 @@ class RunOptions:
         results_dir: Where the PNGs go (None: no figure).
         jobs: Processes the families are swept in (forked; 1: in this process).
         rows: kubeforge's built-in rows beside its plain SLO row (predictive, standby).
+        live: What live benches measured, for the live targets (``--lws-live``; None: n/a).
     """
 
     slo: SLO = field(default_factory=SLO)
@@ -59,6 +60,7 @@ class RunOptions:
     results_dir: Path | None = None
     jobs: int = 1
     rows: tuple = KUBEFORGE_ROWS
+    live: LiveFigures | None = None
 
 
 @dataclass
@@ -153,7 +155,7 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
     defaults = [s.default for s in swept]
     table(defaults + ([static[1]] if static else []), ttft, orc.result)
     equal_table(swept, orc, static, ttft, opts.goal)
-    print_targets(issue28_targets(swept, orc, static, ttft, opts.goal),
+    print_targets(issue28_targets(swept, orc, static, ttft, opts.goal, opts.live),
                   f"issue 28's targets ({opts.starts.describe()}), at equal attainment:")
     if any(r.name.startswith("KEDA") for r in defaults):
         print_targets(targets(defaults, ttft, static), "issue 14's targets for kubeforge SLO at its default setting:")
