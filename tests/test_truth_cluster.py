@@ -16,6 +16,7 @@ import uuid
 import pytest
 import yaml
 
+import builders as b
 from conftest import (
     apply, condition, events_for, get_json, job_pods, job_status, running_pods, training_job, wait_for,
 )
@@ -137,9 +138,8 @@ def test_deleting_a_namespace_is_not_a_preemption(cluster, namespace, fleet):
 def test_pools_say_when_no_node_has_their_gpu_resource_or_a_level_label(cluster, namespace, fleet):
     fleet(cliques=1, nodes=2, pool_spec={"topologyLevels": [{"name": "nvlink", "nodeLabel": "example.com/clique"}]})
     wrong = f"{namespace}-res"
-    apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": wrong},
-                    "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": namespace}},
-                             "gpuResourceName": "example.com/gpu"}})
+    apply(cluster, b.GPUPool(wrong).selector({"matchLabels": {"kubeforge.io/test-fleet": namespace}})
+          .resource("example.com/gpu").manifest())
     try:
         st = wait_for(lambda: (s := get_json(cluster, "gpupool", wrong).get("status") or {}) and
                       condition(s, "Ready") and s, timeout=30, what="the pool's status")
@@ -163,11 +163,10 @@ def test_the_api_server_is_never_queried_as_a_prometheus(cluster, namespace, fle
     server = yaml.safe_load(open(cluster.kubeconfig))["clusters"][0]["cluster"]["server"]
     for name, url in (("apiserver", server), ("incluster", "https://kubernetes.default.svc"),
                       ("external", "http://203.0.113.7:9090")):
-        apply(cluster, {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-                        "metadata": {"name": name, "namespace": namespace},
-                        "spec": {"pools": [namespace], "gpusPerReplica": 1, "minReplicas": 1, "maxReplicas": 2,
-                                 "template": {"spec": {"containers": [{"name": "vllm", "image": "example.com/vllm:1"}]}},
-                                 "autoscaling": {"prometheusURL": url}}})
+        apply(cluster, b.InferenceService(name).ns(namespace).without("topology").pools(namespace).gpus(1)
+              .spec(minReplicas=1, maxReplicas=2)
+              .template({"spec": {"containers": [{"name": "vllm", "image": "example.com/vllm:1"}]}})
+              .spec(autoscaling={"prometheusURL": url}).manifest())
     # the sim's operator allow-lists loopback ports (its Prometheus): anything else is refused as not listed
     for name, words in (("apiserver", "API server"), ("incluster", "API server"), ("external", "allowed Prometheus URLs")):
         st = wait_for(lambda: (s := get_json(cluster, "inferenceservice", name, "-n", namespace).get("status") or {})
