@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+import builders as b
 from conftest import condition, get_json, running_pods, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -19,21 +20,16 @@ MANAGER = "argocd-controller"
 
 
 def manifests(namespace: str) -> list[dict]:
-    pool = {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": namespace},
-        "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": namespace}}},
-    }
+    """The GitOps repository: the namespace's pool (the fleet's nodes), a 2 x 8 TrainingJob and
+    1 to 2 one-GPU vLLM replicas, as a user writes them (no status, no server-set metadata)."""
+    pool = b.GPUPool(namespace).selector({"matchLabels": {"kubeforge.io/test-fleet": namespace}}).manifest()
     job = training_job("llm", namespace, replicas=2, gpus=8)
-    isvc = {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": "chat", "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "gpusPerReplica": 1, "port": 8000, "minReplicas": 1, "maxReplicas": 2,
+    isvc = (b.InferenceService("chat").ns(namespace).without("topology").pools(namespace).gpus(1)
             # no Prometheus answers here: a closed loopback port fails fast (ScalingActive False)
-            "autoscaling": {"prometheusURL": "http://127.0.0.1:9", "pollingIntervalSeconds": 1},
-            "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4"}]}},
-        },
-    }
+            .spec(port=8000, minReplicas=1, maxReplicas=2,
+                  autoscaling={"prometheusURL": "http://127.0.0.1:9", "pollingIntervalSeconds": 1})
+            .template({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4"}]}})
+            .manifest())
     return [pool, job, isvc]
 
 
