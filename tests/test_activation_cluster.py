@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+import builders as b
 from conftest import apply, condition, events_for, get_json, running_pods, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -44,23 +45,22 @@ def stack(cluster):
 
 
 def isvc(namespace: str, prom_url: str, **spec) -> dict:
-    s = {"pools": [namespace], "gpusPerReplica": 1, "minReplicas": 0, "maxReplicas": 2,
-         "template": {"spec": {"terminationGracePeriodSeconds": 0,
-                               "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4",
-                                               "command": ["vllm", "serve", "m"]}]}},
-         "autoscaling": {"prometheusURL": prom_url, "pollingIntervalSeconds": 1, "targetPerReplica": 4,
-                         "scaleToZeroAfterSeconds": 600,
-                         "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
-                         "scaleDown": {"stabilizationWindowSeconds": 5, "maxStep": 4, "periodSeconds": 1}}}
-    for k, v in spec.items():
-        if k == "autoscaling":
-            s["autoscaling"].update(v)
-        else:
-            s[k] = v
-    if "slo" in s["autoscaling"]:
-        del s["autoscaling"]["targetPerReplica"]  # queue-depth mode's target: refused beside slo
-    return {"apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": NAME, "namespace": namespace}, "spec": s}
+    """0 to 2 one-GPU replicas in the namespace's pool, pods gone at once, autoscaled every second
+    from ``prom_url`` (4 waiting a replica, up at once, down after 5 s, to zero after 600 s);
+    ``spec`` (camelCase) over it, its ``autoscaling`` keys merged into these."""
+    autoscaling = {"prometheusURL": prom_url, "pollingIntervalSeconds": 1, "targetPerReplica": 4,
+                   "scaleToZeroAfterSeconds": 600,
+                   "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
+                   "scaleDown": {"stabilizationWindowSeconds": 5, "maxStep": 4, "periodSeconds": 1},
+                   **spec.pop("autoscaling", {})}
+    if "slo" in autoscaling:
+        del autoscaling["targetPerReplica"]  # queue-depth mode's target: refused beside slo
+    return (b.InferenceService(NAME).ns(namespace).without("topology").pools(namespace).gpus(1)
+            .spec(minReplicas=0, maxReplicas=2)
+            .template({"spec": {"terminationGracePeriodSeconds": 0,
+                                "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.4",
+                                                "command": ["vllm", "serve", "m"]}]}})
+            .spec(autoscaling=autoscaling, **spec).manifest())
 
 
 def status(cluster, ns: str) -> dict:
