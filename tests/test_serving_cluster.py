@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+import builders as b
 from conftest import apply, condition, events_for, get_json, job_pods, running_pods, training_job, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -26,21 +27,17 @@ CLIQUE = "nvidia.com/gpu.clique"
 
 
 def llm(namespace: str, replicas: int = 1, **spec) -> dict:
-    body = {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "parallelism": {"tensor": 8, "pipeline": 2},
-            "minReplicas": replicas, "maxReplicas": 4, "drainSeconds": 0,
-            "topology": {"mode": "Required", "level": "nvlink"},
-            "autoscaling": {"prometheusURL": "http://127.0.0.1:1", "pollingIntervalSeconds": 1},
-            "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [
+    """A 405B-class service: tensor 8 x pipeline 2 a replica, ``replicas`` to 4 of them inside one
+    NVLink domain each, drained at once, pods gone at once, autoscaled from a Prometheus that does
+    not answer; ``spec`` (camelCase) over it."""
+    return (b.InferenceService(NAME).ns(namespace).without("gpusPerReplica").pools(namespace)
+            .spec(parallelism={"tensor": 8, "pipeline": 2}, minReplicas=replicas, maxReplicas=4, drainSeconds=0)
+            .topology("Required", "nvlink")
+            .spec(autoscaling={"prometheusURL": "http://127.0.0.1:1", "pollingIntervalSeconds": 1})
+            .template({"spec": {"terminationGracePeriodSeconds": 0, "containers": [
                 {"name": "vllm", "image": "vllm/vllm-openai:v0.6.4",
-                 "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B-Instruct"]}]}},
-        },
-    }
-    body["spec"].update(spec)
-    return body
+                 "command": ["vllm", "serve", "meta-llama/Llama-3.1-405B-Instruct"]}]}})
+            .spec(**spec).manifest())
 
 
 def status(cluster, ns: str) -> dict:
