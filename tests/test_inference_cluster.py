@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import builders as b
 from conftest import apply, condition, events_for, get_json, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -42,23 +43,21 @@ def stack(cluster):
 
 
 def isvc(namespace: str, url: str, gpus: int = 2, min_replicas: int = 1, max_replicas: int = 4, **autoscaling) -> dict:
+    """``min_replicas`` to ``max_replicas`` replicas of ``gpus`` GPUs in the namespace's pool, pods
+    gone at once, scaled on vLLM's waiting queue from ``url`` (4 a replica); ``autoscaling``
+    (camelCase) over those keys."""
     # Windows and steps in seconds, not the production defaults (a paced +1 per 10 s scale-up
     # and a 5-minute scale-down window): the tests check the mechanisms, quickly.
     a = {"prometheusURL": url, "metric": "VLLMWaiting", "targetPerReplica": 4, "pollingIntervalSeconds": 1,
          "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 1},
          "scaleDown": {"stabilizationWindowSeconds": 10, "maxStep": 4, "periodSeconds": 1}}
     a.update(autoscaling)
-    return {
-        "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "pools": [namespace], "gpusPerReplica": gpus, "minReplicas": min_replicas, "maxReplicas": max_replicas,
-            "template": {"spec": {"terminationGracePeriodSeconds": 0,
-                                  "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0",
-                                                  "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct"]}]}},
-            "autoscaling": a,
-        },
-    }
+    return (b.InferenceService(NAME).ns(namespace).without("topology").pools(namespace).gpus(gpus)
+            .spec(minReplicas=min_replicas, maxReplicas=max_replicas)
+            .template({"spec": {"terminationGracePeriodSeconds": 0,
+                                "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.6.0",
+                                                "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct"]}]}})
+            .spec(autoscaling=a).manifest())
 
 
 def replicas(cluster, ns: str) -> int | None:
