@@ -88,9 +88,11 @@ def _round(sys_, tracker: Tracker, i: int, args) -> None:
                     0.2)
     ts = [g.since_create("ready") for g in tracker.of(sys_.ns, name)]
     shown = ", ".join(f"{t:.2f}" if t is not None else "-" for t in ts)
-    say(f"{sys_.system} round {i + 1}: groups Ready after {shown} s{'' if ok else ' (timed out)'} (load {load:.1f})")
+    t1 = time.monotonic()
     if not sys_.delete(name, 180):
         raise Abort(f"{sys_.system}: {name} did not go within 180 s")
+    say(f"{sys_.system} round {i + 1}: groups Ready after {shown} s{'' if ok else ' (timed out)'} (load {load:.1f}); "
+        f"deleted and gone in {time.monotonic() - t1:.1f} s")
     sys_.after_round()
 
 

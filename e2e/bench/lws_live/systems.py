@@ -104,11 +104,14 @@ class KubeforgeGroups(_Base):
         apply_pool(self.c, self.fleet)
 
     def before_round(self) -> None:
-        """Start the operator and wait (at most 120 s) until its pool shows the fleet's GPUs.
+        """Clear the pool's status, start the operator and wait (at most 120 s) until it has
+        written the pool's status with the fleet's GPUs: the operator is up and sees the fleet
+        (the status the previous round's operator wrote would pass at once, before this one runs).
 
         Raises:
             Abort: it exited, or never showed them.
         """
+        self.c.kubectl("patch", "gpupool", POOL, "--subresource=status", "--type=merge", "-p", '{"status":null}')
         pid = start_operator(self.c)
         if not wait_for_pool(self.custom, pid, operator_log(self.c), self.capacity, 120):
             raise Abort(f"the operator's pool never showed {self.capacity} GPUs; its log: {operator_log(self.c)}")
