@@ -79,10 +79,10 @@ async def refresh_pools(rt: Runtime, last: dict[str, dict[str, Any]], now: float
         view, res = fresh[name], pool_resource(pool)
         st = pool_status(view, ledgers[res], now, quota_book(pool, view, ledgers[res]).usage())
         st["standbyGPUs"] = pool_standby_gpus(snap.services.values(), name)  # issue 28: what standby costs
-        _models_status(st, models.get(name), last.get(name) or pool.status or {})
+        prev = last.get(name) or dict(pool.status or {})
+        _models_status(st, models.get(name), prev)
         for state in GPU_STATES:
             metrics.POOL_GPUS.labels(pool=name, state=state).set(st["gpus"][state])
-        prev = last.get(name) or dict(pool.status or {})
         for type_ in (READY, TOPOLOGY_READY):  # a Warning Event when one turns False for a new reason
             cond = next((c for c in st["conditions"] if c.get("type") == type_), None)
             was = next((c for c in prev.get("conditions") or [] if c.get("type") == type_), None)

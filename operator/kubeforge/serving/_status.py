@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
+from kubeforge.admission import AssumedGroup
 from kubeforge.api import GroupPhase
 from kubeforge.autoscaling import Decision
 from kubeforge.autoscaling import reasons as scaling
@@ -49,7 +50,7 @@ class _Context(Protocol):
     @property
     def model_caches(self) -> CacheState: ...
     @property
-    def assumed(self) -> Mapping[int, Any]: ...
+    def assumed(self) -> Mapping[int, AssumedGroup]: ...
 
 READY, FAILED, DRAINING_PHASE = GroupPhase.READY.value, GroupPhase.FAILED.value, GroupPhase.DRAINING.value
 STANDBY_PHASE = GroupPhase.STANDBY.value
@@ -81,7 +82,7 @@ def group_status(g: GroupRecord, leader: str | None) -> dict[str, Any]:
 
 
 def _add_weights(rows: list[dict[str, Any]], groups: list[GroupRecord], status: Mapping[str, Any], key: str,
-                 caches: CacheState, assumed: Mapping[int, Any]) -> None:
+                 caches: CacheState, assumed: Mapping[int, AssumedGroup]) -> None:
     """Each row's ``weights`` (:func:`kubeforge.modelcache.group_weights`): its source is what
     admission saw when it placed the group (:attr:`~kubeforge.admission.AssumedGroup.cached`), then
     kept from the group's last status at the same attempt (Cached or Cold is decided once; a copy
@@ -91,7 +92,7 @@ def _add_weights(rows: list[dict[str, Any]], groups: list[GroupRecord], status: 
     for row, g in zip(rows, groups):
         prev = before.get((g.index, g.attempt))
         placed = assumed.get(g.index)
-        if prev is None and placed is not None and getattr(placed, "cached", None) is not None:
+        if prev is None and placed is not None and placed.cached is not None:
             prev = {"source": "Cached" if placed.cached else "Cold"}
         weights = group_weights(prev, g.nodes, key, caches, g.phase == READY)
         if weights is not None:
