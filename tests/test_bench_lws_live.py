@@ -127,3 +127,15 @@ def test_bench_autoscaling_reads_the_json_into_its_live_figures(tmp_path):
     a = autoscaling_args(["--lws-live", str(tmp_path / "lws.json")])
     assert (a.live.group_ready_p50, a.live.lws_ready_p50) == (1.2, 0.8)
     assert autoscaling_args([]).live is None
+
+
+def test_a_comma_list_of_choices_keeps_its_order_and_refuses_unknowns():
+    import argparse
+
+    from e2e.bench.lib.args import choice_list
+
+    ap = argparse.ArgumentParser()
+    assert choice_list(ap, "--systems", " lws, kubeforge ,", ("kubeforge", "lws")) == ["lws", "kubeforge"]
+    for bad in ("kueue", " , "):
+        with pytest.raises(SystemExit):
+            choice_list(ap, "--systems", bad, ("kubeforge", "lws"))

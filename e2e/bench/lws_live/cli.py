@@ -29,6 +29,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from e2e.bench.lib.args import choice_list
 from e2e.bench.lib.cluster import apply_crds, apply_fleet, down, fleet_capacity, make_namespace, open_api
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import Abort, say, wait_until
@@ -58,9 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, help="write the figures there (for bench-autoscaling --lws-live)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
     a = ap.parse_args(argv)
-    a.systems = [s.strip() for s in a.systems.split(",") if s.strip()]
-    if any(s not in SYSTEMS for s in a.systems) or not a.systems:
-        ap.error(f"--systems: choose among {', '.join(SYSTEMS)}")
+    a.systems = choice_list(ap, "--systems", a.systems, SYSTEMS)
     if min(a.rounds, a.replicas, a.size, a.gpus) < 1:
         ap.error("--rounds, --replicas, --size and --gpus must be at least 1")
     return a

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kubeforge.sim.weights import DEFAULT_TIMES, GB
 
+from e2e.bench.lib.args import choice_list
 from e2e.bench.lib.source import ROOT
 from e2e.bench.model_cache import report
 from e2e.bench.model_cache.policies import POLICIES
@@ -37,10 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--png", type=Path, default=PNG, help="where the plot goes")
     ap.add_argument("--json", type=Path, default=JSON, help="where every figure goes")
     args = ap.parse_args(argv)
-    args.policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in args.policy_list if p not in POLICIES]
-    if bad or not args.policy_list:
-        ap.error(f"--policies: unknown {bad or 'none given'}")
+    args.policy_list = choice_list(ap, "--policies", args.policies, POLICIES)
     if args.nodes < 2 or args.hours <= 0 or args.capacity_tb <= 0:
         ap.error("--nodes >= 2, --hours > 0 and --capacity-tb > 0")
     return args

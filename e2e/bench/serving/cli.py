@@ -37,6 +37,7 @@ from pathlib import Path
 
 from kubeforge.sim.fleet import load_fleet
 
+from e2e.bench.lib.args import choice_list
 from e2e.bench.lib.cluster import (
     CLIQUE, GPU, Cluster, apply_crds, apply_fleet, delete_namespace, down, fleet_capacity, open_api, stop_operator,
 )
@@ -94,10 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(the bench starts again with it on PYTHONPATH), e.g. an export with a fix applied")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = ap.parse_args(argv)
-    args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
-    bad = [p for p in args.phase_list if p not in DRIVERS]
-    if bad or not args.phase_list:
-        ap.error(f"--phases: unknown {bad or 'empty'}; use {sorted(DRIVERS)}")
+    args.phase_list = choice_list(ap, "--phases", args.phases, sorted(DRIVERS))
     if args.steps < 1 or args.step_seconds <= 0 or args.window <= 0:
         ap.error("--steps, --step-seconds and --window must be positive")
     check_trace(ap, args.trace)
