@@ -46,9 +46,13 @@ test-peers: setup tools peers
 	$(BIN)/pytest -m peers $(PYTEST_ARGS)
 
 # The pure tests, on every CPU (pytest-xdist): no control plane, no image build, no Prometheus.
+# The quick loop: property tests draw a quarter of their examples (tests/examples.py; make test
+# draws all), and the rewritten test modules are compiled once into .venv/pycache even where
+# PYTHONDONTWRITEBYTECODE is set (it costs every run ~12 s per worker of assertion rewriting).
 unit: setup
 	$(BIN)/python -c "import xdist" 2>/dev/null || $(BIN)/pip install -q -e '.[test,demo]'
-	$(BIN)/pytest -m "not cluster and not system" -n auto $(PYTEST_ARGS)
+	KUBEFORGE_TEST_EXAMPLES=quick PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.venv/pycache \
+	  $(BIN)/pytest -m "not cluster and not system" -n auto --dist worksteal $(PYTEST_ARGS)
 
 down: setup
 	$(BIN)/kubeforge sim down

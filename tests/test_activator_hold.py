@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from examples import examples
 from hypothesis import strategies as st
 
 from kubeforge.activator import (
@@ -221,7 +222,7 @@ ops = st.lists(st.one_of(
 ), max_size=120)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(ops)
 def test_invariants(script):
     """Every request gets exactly one answer; no service holds more than its bound; nothing is

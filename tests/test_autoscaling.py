@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
+from examples import examples
 from hypothesis import strategies as st
 
 from kubeforge.api import InferenceServiceSpec
@@ -600,7 +601,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pol=policies, start=st.integers(0, 20), plan=steps)
 def test_properties(pol, start, plan):
     state, current, now = AutoscalerState(), start, T0
@@ -632,7 +633,7 @@ def test_properties(pol, start, plan):
         state, current = d.state, d.desired
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(pol=policies, start=st.integers(0, 20), plan=steps)
 def test_property_within_bounds_once_inside(pol, start, plan):
     """Starting inside [min, max] with no capacity cap, desired never leaves it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
+from examples import examples
 
 from kubeforge.admission import (
     AdmissionMemo, JobView, build_ledger, nvlink_request, plan_admission, pool_resource, pool_status, pool_view, quota_book,
@@ -277,7 +278,7 @@ def test_min_runtime_protects_young_gangs():
     assert [x.key[1] for x in choose_victims(pre, req, v, book, gangs, {}, frozenset(), NOW)[0]] == ["young"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 17), st.integers(1, 6), st.integers(0, 4000),
                           st.integers(0, 1)), min_size=0, max_size=14))
 def test_whole_domain_preemption_property(specs):

@@ -64,6 +64,7 @@ import random
 
 import pytest
 from hypothesis import example, given, settings
+from examples import examples, seeds
 from hypothesis import strategies as st
 
 from fakekube import Crashed, FakeKube, pinned_node, requests
@@ -706,7 +707,7 @@ def run(evs, grace: float, interleave: float = 0.5, seed: int = 0) -> World:
 _GANG = ("submit", 2, 8, 3, 0, 1, 0, 0, 1, 0, 0)  # 2 x 8 GPUs in one NVLink domain of pool od
 
 
-@settings(max_examples=130, deadline=None)
+@settings(max_examples=examples(130), deadline=None)
 @given(st.lists(events, min_size=1, max_size=25), st.sampled_from([0.0, 30.0]), st.sampled_from([0.0, 0.5, 1.0]),
        st.integers(0, 2**16))
 # The race of issue 9, always tried: j3's placement write outlives ASSUME_TTL while the older j0
@@ -718,7 +719,7 @@ def test_ledger_matches_pods_over_random_events(evs, grace, interleave, seed):
     run(evs, grace, interleave, seed)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(submits, min_size=2, max_size=10),
        st.lists(st.one_of(st.tuples(st.just("taint"), st.integers(0, 7), st.just(0)),
                           st.tuples(st.just("disrupt"), picks, picks),
@@ -730,7 +731,7 @@ def test_crowded_fleet_survives_preemptions_and_failures(subs, hits):
     run([("burst", list(subs))] + list(hits), 30.0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(submits, min_size=2, max_size=8), races, st.lists(events, max_size=4))
 def test_gangs_behind_an_abandoned_admission_get_the_gpus(subs, race, more):
     """A burst fills the fleet; one of the gangs admitted is suspended or deleted before its
@@ -740,6 +741,6 @@ def test_gangs_behind_an_abandoned_admission_get_the_gpus(subs, race, more):
 
 def test_long_random_walks():
     """Longer sequences than Hypothesis draws, from fixed seeds (deterministic)."""
-    for seed in range(6):
+    for seed in seeds(6):
         rng = random.Random(seed)
         run([random_event(rng) for _ in range(60)], rng.choice([0.0, 30.0]), rng.choice([0.0, 0.5, 1.0]), seed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from hypothesis import given, settings
+from examples import examples
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as client_parse
 
@@ -41,7 +42,7 @@ def test_same_as_the_kubernetes_client():
             same(number + suffix)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="0123456789.eE+-numkKMGTPEi", max_size=8)))
 def test_same_as_the_kubernetes_client_on_random_input(value):
     same(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hypothesis import given, settings
+from examples import examples
 from hypothesis import strategies as st
 
 from kubeforge.placement import (
@@ -20,7 +21,7 @@ from kubeforge.placement import (
 CLIQUE = "nvidia.com/gpu.clique"
 BLOCK = "cloud.google.com/gce-topology-block"
 LEVELS = [TopologyLevel("nvlink", CLIQUE), TopologyLevel("block", BLOCK)]
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=examples(200), deadline=None)
 
 
 def _node(i, spec):

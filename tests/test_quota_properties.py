@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
+from examples import examples
 from hypothesis import strategies as st
 
 from kubeforge.admission import (
@@ -67,7 +68,7 @@ def used(pool, nodes, jobs):
     return quota_book(pool, pool_view(pool, snap.nodes, led.per_node), led)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nominal_a=st.integers(0, 32), nominal_b=st.integers(0, 32),
        limit_a=st.sampled_from([None, 0, 8, 16]), limit_b=st.sampled_from([None, 0, 8, 16]),
        within=st.sampled_from(["LowerPriority", "Never"]), reclaim=st.sampled_from(["Any", "LowerPriority", "Never"]),

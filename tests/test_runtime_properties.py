@@ -24,6 +24,7 @@ import asyncio
 import time
 
 from hypothesis import given, settings
+from examples import examples
 from hypothesis import strategies as st
 
 import builders
@@ -239,7 +240,7 @@ async def run(events: list[tuple], kube: FakeKube | None = None) -> None:
         check(kube, log)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(EVENTS, min_size=1, max_size=12))
 def test_the_runtime_keeps_the_ledger_true_over_random_events(events):
     asyncio.run(run(events))
