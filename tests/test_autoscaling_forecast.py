@@ -60,14 +60,23 @@ def test_too_few_recent_samples_is_no_forecast_and_says_why():
     assert isinstance(fc, str) and "2 sample(s)" in fc
 
 
-def test_seasonal_reads_the_same_time_last_week_scaled_by_todays_level():
-    # last week: 2 req/s, rising to 8 at now+300 (a morning ramp); today at twice last week's level
-    week = series(NOW - WEEK - 600, NOW - WEEK + 300, lambda t: 8.0 if t >= NOW - WEEK + 240 else 2.0)
+def test_seasonal_reads_the_growth_at_the_same_time_last_week_on_todays_level():
+    # last week: 2 req/s, rising to 8 from now+120 (a morning ramp, x4); today at 4 req/s
+    week = series(NOW - WEEK - 600, NOW - WEEK + 300, lambda t: 8.0 if t >= NOW - WEEK + 120 else 2.0)
     day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 1.0)
     hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 4.0), day=day, week=week)
     fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), hist, NOW, 300)
     assert fc.method == "Seasonal7d" and fc.rate == pytest.approx(16.0), fc.message
-    assert "last week" in fc.message and "x2.00" in fc.message
+    assert "last week" in fc.message and "x4.00" in fc.message
+
+
+def test_a_past_days_swings_that_do_not_stand_out_of_its_scatter_are_no_growth():
+    """Yesterday swung between 1 and 5 req/s minute to minute (a bursty trace) and was a little
+    higher at the lead by chance: no season in that, so the forecast is today's level."""
+    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 5.0 if int(t) // 60 % 2 else 1.0)
+    hist = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 3.0), day=day)
+    fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), hist, NOW, 300)
+    assert fc.method == "Seasonal1d" and fc.rate == pytest.approx(3.0) and "no change out of the scatter" in fc.message
 
 
 def test_seasonal_falls_back_to_yesterday_then_to_the_trend():
@@ -81,11 +90,11 @@ def test_seasonal_falls_back_to_yesterday_then_to_the_trend():
     assert fc.method == "Trend" and "no history a day or a week ago" in fc.message
 
 
-def test_seasonal_ratio_is_bounded_and_a_silent_past_day_counts_as_one():
+def test_seasonal_growth_is_bounded_and_a_silent_past_window_gives_the_past_rate():
     recent = series(NOW - 600, NOW, lambda t: 100.0)
-    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 1.0)
+    day = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 10.0 if t > NOW - DAY + 60 else 1.0)
     fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=day), NOW, 300)
-    assert fc.rate == pytest.approx(4.0)  # x4 at most, not x100
+    assert fc.rate == pytest.approx(400.0)  # x4 at most, not x10
     silent = series(NOW - DAY - 600, NOW - DAY + 300, lambda t: 0.0 if t <= NOW - DAY else 5.0)
     fc = forecast_demand(PredictivePolicy("Seasonal", 600.0), DemandHistory(recent=recent, day=silent), NOW, 300)
     assert fc.rate == pytest.approx(5.0)
@@ -186,6 +195,23 @@ def test_a_forecast_never_scales_down():
     # the reactive path holds 4 (queue 16 = 4 x target): a forecast of less does not lower it
     d = decide(p, AutoscalerState(), 4, 16.0, NOW, 16, history=falling)
     assert d.desired == 4 and d.predicted < 4
+
+
+def test_slo_mode_without_a_count_for_the_demand_asks_for_nothing_ahead():
+    """The SLO model cannot count yet (no running time measured): the reactive path holds the
+    current count, and the forecast does not grow it. Growing ``current`` instead raised the
+    count the forecast had raised, every decision, up to maxReplicas (the bench's day, held
+    there for 24 h)."""
+    from kubeforge.autoscaling import Signals
+    rising = DemandHistory(recent=series(NOW - 600, NOW, lambda t: 2.0 + (t - NOW) / 60 * 0.4))
+    p = policy(lead=300, slo={"timeToFirstTokenSeconds": 2})
+    state, current = AutoscalerState(), 4
+    for i in range(5):
+        blind = Signals(time=NOW + 5 * i, waiting=2.0, running=1.0, replicas=float(current))
+        d = decide(p, state, current, blind, NOW + 5 * i, 16, history=rising)
+        state, current = d.state, d.desired
+        assert d.desired == 4 and d.predicted is None, d.reason
+    assert "no replica count for the current demand yet" in d.reason
 
 
 def test_forecast_only_reports_without_acting_and_bounds_still_hold():

@@ -305,6 +305,29 @@ def test_size_for_slo_remembers_measurements_for_idle_windows():
     assert later.service_seconds == 2.0 and later.concurrency == 8.0 and later.needed == 1
 
 
+def test_a_replicas_capacity_measured_once_is_kept_while_usage_is_too_low_to_measure_it():
+    slo = SLOPolicy(1.0, None, 90.0, 60.0)
+    busy = size_for_slo(slo, steady(10.0, 2), AutoscalerState(), 2, 32, T0)  # KV usage 0.625: k = 8
+    assert busy.concurrency == pytest.approx(8.0) and busy.state.kv_concurrency == pytest.approx(8.0)
+    quiet = size_for_slo(slo, steady(0.5, 8, k=400.0), busy.state, 8, 32, T0 + 60)  # usage 0.0003: not measurable
+    assert quiet.concurrency == pytest.approx(8.0) and quiet.needed == 1, quiet.message
+    restored = AutoscalerState.from_dict(json.loads(json.dumps(quiet.state.to_dict())))
+    assert restored.kv_concurrency == pytest.approx(8.0)
+
+
+def test_an_idle_service_whose_capacity_was_never_measured_comes_down_to_the_one_request_bound():
+    """No KV usage to measure and no replica ever queued: the count is held, but not above what
+    one request per replica would need (an upper bound), so 16 idle replicas come down; a busy
+    service with the same blind spot is never scaled up on that guess."""
+    slo = SLOPolicy(2.0, None, 90.0, 60.0)
+    idle = sig(admission_rate=1.0, running=2.0, replicas=16.0, kv_cache_usage=0.01)
+    r = size_for_slo(slo, idle, AutoscalerState(), 16, 32, T0)
+    bound = replicas_for_wait(1.0, 2.0, 1.0, 2.0 - 0.4, 0.9, 32)
+    assert r.needed == bound < 16 and r.concurrency is None and "no replica capacity measured yet" in r.message
+    busy = sig(admission_rate=6.0, running=12.0, replicas=2.0, kv_cache_usage=0.01)
+    assert size_for_slo(slo, busy, AutoscalerState(), 2, 32, T0).needed == 2  # the bound is above 2: held
+
+
 @pytest.mark.parametrize("kw", [
     {"replicas": 2e-313, "running": 4.0, "kv_cache_usage": 0.5, "admission_rate": 3.0},
     {"admission_rate": 5e-324, "running": 1e308, "replicas": 1.0, "kv_cache_usage": 0.9},

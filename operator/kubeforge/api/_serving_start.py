@@ -53,9 +53,9 @@ class Predictive(KubeModel):
         default=PredictiveMode.OFF,
         description="mode is Off (the default), Trend (a least-squares line through the admission "
         "rate of the last trendWindowSeconds, extended one lead time ahead, as PromQL's "
-        "predict_linear does) or Seasonal (what the service admitted at the same time yesterday, "
-        "or last week, scaled by today's level against that day's; Trend where less than a day of "
-        "history exists). The demand is vLLM's admission rate "
+        "predict_linear does) or Seasonal (today's level times the growth the service saw one lead "
+        "time ahead at the same time yesterday, or last week, where it stands out of that day's "
+        "scatter; Trend where less than a day of history exists). The demand is vLLM's admission rate "
         "(rate of vllm:time_to_first_token_seconds_count) read from prometheusURL.",
     )
     forecast_only: bool = Field(

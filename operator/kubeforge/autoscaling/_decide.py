@@ -222,13 +222,17 @@ def _scale(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState,
     return _Course(limit, tuple(notes), st, rec.last_active, rec.raw, rec.sizing, slo_out)
 
 
-def _basis(policy: AutoscalingPolicy, course: _Course, reading: Reading, current: int, now: float) -> int:
+def _basis(policy: AutoscalingPolicy, course: _Course, reading: Reading, current: int, now: float) -> int | None:
     """The replicas the current demand needs, which the forecast's growth scales: SLO mode's
-    count for the measured rate; in queue-depth mode ``current``, but never above the highest
-    reactive recommendation the scale-down window still holds (this one's included), so that
-    replicas a forecast added are not taken as the demand's and grown again next decision."""
-    if reading.slo and course.raw is not None:
-        return course.raw
+    count for the measured rate, or None while the model has none (a held ``current`` there is
+    a count the forecast itself raised: grown each decision, it reached maxReplicas on the
+    autoscaling bench's day and stayed there all day); in queue-depth mode ``current``, but
+    never above the highest reactive recommendation the scale-down window still holds (this
+    one's included), so that replicas a forecast added are not taken as the demand's and grown
+    again next decision."""
+    if reading.slo:
+        counted = course.sizing is not None and course.sizing.needed is not None
+        return course.raw if counted else None
     cut = now - policy.scale_down_stabilization_seconds
     held = [r for t, r in course.state.recommendations if t >= cut]
     if course.raw is not None:
@@ -266,7 +270,10 @@ def _ahead(policy: AutoscalingPolicy, course: _Course, reading: Reading, history
     fc = forecast_demand(pp, history, now, lead)
     if isinstance(fc, str):
         return replace(course, notes=course.notes + (f"predictive: {fc}",)), None, None
-    predicted = forecast_replicas(fc, _basis(policy, course, reading, current, now))
+    basis = _basis(policy, course, reading, current, now)
+    if basis is None:
+        return replace(course, notes=course.notes + ("predictive: no replica count for the current demand yet",)), fc, None
+    predicted = forecast_replicas(fc, basis)
     note = f"predictive: {fc.message}, needing {_replicas(predicted)}"
     floor = bound(policy, Limit(predicted), current, placeable)
     if pp.forecast_only or floor.desired <= course.limit.desired:

@@ -17,11 +17,12 @@ The lead time is the service's measured p90 start (``status.startTime.cold.p90Se
   :data:`RATE_WINDOW_SECONDS` since the one-minute rates overlap); otherwise the forecast is
   the window's mean, the level (a bursty series swings 0 to 10 req/s a minute, and a line
   through that noise extended minutes ahead is noise too);
-* **Seasonal**: what the service admitted at ``now + lead`` one week ago (else one day ago:
-  Prometheus' ``offset 7d`` / ``offset 1d``), scaled by today's level over the window against
-  that day's over the same window (a seasonal-naive forecast with a level correction, the
-  multiplicative Holt-Winters idea without fitted smoothing), the ratio kept within
-  [1/:data:`MAX_SEASONAL_RATIO`, :data:`MAX_SEASONAL_RATIO`]. Without that history it is the trend.
+* **Seasonal**: today's level (the window's mean) times the growth the service saw one week
+  ago (else one day ago: Prometheus' ``offset 7d`` / ``offset 1d``) from that day's window to
+  that day's ``now + lead`` (a seasonal-naive forecast of the change with today's level, the
+  multiplicative Holt-Winters idea without fitted smoothing); the growth kept within
+  [1/:data:`MAX_SEASONAL_RATIO`, :data:`MAX_SEASONAL_RATIO`], and 1 unless it stands out of
+  that day's scatter like the trend's slope. Without that history it is the trend.
 
 Anchors: NVIDIA Dynamo's planner forecasts the next interval's load from a buffer of past
 intervals with a constant, ARIMA or Prophet predictor
@@ -51,7 +52,10 @@ WEEK_SECONDS = 7 * DAY_SECONDS
 MAX_TREND_GROWTH = 3.0
 """A trend's forecast is at most this many times the highest rate of its window."""
 MAX_SEASONAL_RATIO = 4.0
-"""Today's level against the past day's is trusted within [1/4, 4]."""
+"""The past period's growth over the lead is trusted within [1/4, 4]."""
+SEASONAL_SMOOTH_SECONDS = 120.0
+"""The past period's rate at ``now + lead`` is its mean over the 2 minutes up to then (and one
+after): one sample swings with its Poisson noise and the trace's bursts."""
 MIN_POINTS = 3
 """A trend needs at least this many samples (PromQL's predict_linear needs 2; 3 leaves a residual)."""
 MIN_TREND_T = 2.0
@@ -184,24 +188,44 @@ def _mean(points: list[tuple[float, float]], lo: float, hi: float) -> float | No
     return sum(vals) / len(vals) if vals else None
 
 
+def _spread(values: list[float], span: float) -> tuple[float, float]:
+    """``(mean, standard error of the mean)`` of rate samples over ``span`` seconds, counting one
+    independent sample per :data:`RATE_WINDOW_SECONDS` (the one-minute rates overlap)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / min(float(n), 1.0 + span / RATE_WINDOW_SECONDS))
+
+
 def _seasonal(past: list[tuple[float, float]], recent: list[tuple[float, float]], period: float, now: float,
               lead: float, window: float) -> tuple[float, float, str] | None:
-    """The past period's rate at ``now + lead - period`` scaled by the levels' ratio, or None
-    when that history does not cover both the window and the lead."""
+    """Today's level times the past period's growth from ``now - period`` to ``now + lead -
+    period`` (its mean over the window before, against its mean over the
+    :data:`SEASONAL_SMOOTH_SECONDS` up to the lead), or None when that history does not cover
+    both. The growth counts only where it stands out of the past samples' scatter
+    (:data:`MIN_TREND_T` standard errors, as the trend's slope does); otherwise today's level:
+    a bursty series' minute-to-minute swings are not a season, and a forecast that follows them
+    asks for a replica one poll and releases it, still starting, the next (693 reversals over
+    the autoscaling bench's day with the growth read from one sample)."""
     then = now - period
-    ahead = [(t, v) for t, v in past if then < t <= then + lead + 60.0]
-    level_then = _mean(past, then - window, then)
-    if not ahead or level_then is None or ahead[-1][0] < then + lead - 60.0:
+    ahead = [(t, v) for t, v in past if then + lead - SEASONAL_SMOOTH_SECONDS <= t <= then + lead + 60.0]
+    before = [v for t, v in past if then - window <= t <= then]
+    if not ahead or not before or ahead[-1][0] < then + lead - 60.0:
         return None
-    at_lead = min(ahead, key=lambda p: abs(p[0] - (then + lead)))[1]
+    level_then, se_then = _spread(before, window)
+    at_lead, se_lead = _spread([v for _, v in ahead], ahead[-1][0] - ahead[0][0])
     level_now = _mean(recent, now - window, now) or 0.0
-    if level_then > 1e-9:
-        ratio = min(MAX_SEASONAL_RATIO, max(1.0 / MAX_SEASONAL_RATIO, level_now / level_then))
-    else:
-        ratio = 1.0
-    days = "7d" if period >= WEEK_SECONDS else "1d"
-    return at_lead * ratio, level_now, (f"{at_lead:.3g} req/s at the same time {'last week' if days == '7d' else 'yesterday'}, "
-                             f"x{ratio:.2f} for today's level ({level_now:.3g} against {level_then:.3g} req/s)")
+    when = "last week" if period >= WEEK_SECONDS else "yesterday"
+    if level_then <= 1e-9:
+        return at_lead, level_now, f"{at_lead:.3g} req/s at the same time {when}, after a silent window"
+    if abs(at_lead - level_then) < MIN_TREND_T * math.hypot(se_then, se_lead):
+        return level_now, level_now, (f"{when}: {level_then:.3g} then {at_lead:.3g} req/s, no change out of the "
+                                      f"scatter: today's level")
+    growth = min(MAX_SEASONAL_RATIO, max(1.0 / MAX_SEASONAL_RATIO, at_lead / level_then))
+    return level_now * growth, level_now, (f"{when}: {level_then:.3g} then {at_lead:.3g} req/s, x{growth:.2f} on "
+                                           f"today's level {level_now:.3g} req/s")
 
 
 def forecast_demand(policy: PredictivePolicy, history: DemandHistory, now: float, lead: float) -> Forecast | str:

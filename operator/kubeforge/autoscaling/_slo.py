@@ -123,10 +123,14 @@ def _service_time(signals: Signals, state: AutoscalerState) -> tuple[float | Non
     return s, prefill
 
 
-def _concurrency(signals: Signals, state: AutoscalerState) -> tuple[float | None, float | None, float | None]:
-    """Step 3: ``(k, k_cap, per_replica)``. ``k`` is ``running per replica / KV usage`` (what a
-    replica holds when its KV cache is full; only from :data:`KV_USAGE_MIN` usage), capped by
-    ``k_cap``, the most requests seen running on a replica that queues (remembered)."""
+def _concurrency(signals: Signals,
+                 state: AutoscalerState) -> tuple[float | None, float | None, float | None, float | None]:
+    """Step 3: ``(k, k_cap, k_kv, per_replica)``. ``k_kv`` is ``running per replica / KV usage``
+    (what a replica holds when its KV cache is full), measured only from :data:`KV_USAGE_MIN`
+    usage, else the last one measured (remembered: a replica's capacity is the model's and the
+    GPU's, not the load's, and an idle service cannot measure it; forgetting it held an
+    over-provisioned service at its count all night). ``k`` is ``k_kv`` capped by ``k_cap``,
+    the most requests seen running on a replica that queues (remembered)."""
     v = signals.value
     replicas = v("replicas") or 0.0
     running = v("running")
@@ -134,9 +138,9 @@ def _concurrency(signals: Signals, state: AutoscalerState) -> tuple[float | None
     seen = v("saturated_running")
     k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
     kv = v("kv_cache_usage")
-    k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
+    k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else state.kv_concurrency
     k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
-    return k, k_cap, per_replica
+    return k, k_cap, k_kv, per_replica
 
 
 def _measure(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: float) -> _Measured:
@@ -145,13 +149,14 @@ def _measure(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: floa
     ITL bound and TTFT wait budget the counts need; the state remembers the measurements."""
     lam, queued = _arrival_rate(slo, signals, state, now)
     s, prefill = _service_time(signals, state)
-    k, k_cap, per_replica = _concurrency(signals, state)
+    k, k_cap, k_kv, per_replica = _concurrency(signals, state)
     fit_sums, fit_time = state.itl_fit, state.itl_fit_time
     itl = signals.value("itl")
     if per_replica is not None and itl is not None and itl > 0:
         fit_sums, fit_time = update_itl_fit(state.itl_fit, state.itl_fit_time, now, per_replica, itl), now
     new_state = replace(state, queue_sample=(float(now), float(queued)), service_seconds=s,
-                        prefill_seconds=prefill, concurrency=k_cap, itl_fit=fit_sums, itl_fit_time=fit_time)
+                        prefill_seconds=prefill, concurrency=k_cap, kv_concurrency=k_kv, itl_fit=fit_sums,
+                        itl_fit_time=fit_time)
     k_itl = None
     if slo.itl_seconds is not None:
         k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
@@ -267,7 +272,9 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     if m.lam <= 0:
         return SLOSizing(0, m.lam, m.s, m.k, m.k_itl, m.budget, None, False,
                          "no requests arrive or wait: no replica needed for the SLO", m.state)
-    if not m.s or (m.k is None and (m.k_itl is None or slo.ttft_seconds is not None)):
+    if m.s and m.k is None and slo.ttft_seconds is not None:
+        return _unmeasured_capacity(slo, m, current, max_replicas)
+    if not m.s or (m.k is None and m.k_itl is None):
         return SLOSizing(None, m.lam, m.s, m.k, m.k_itl, m.budget, None, False,
                          f"arrivals {_num(m.lam)}/s but no service time or replica capacity measured yet", m.state)
     needed, banded = _within_tolerance(slo, m, current, max_replicas, tolerance)
@@ -278,6 +285,20 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     needed, breach, new_state = _feedback(slo, signals, state, m, needed, current, now)
     msg = _message(slo, m, needed, banded, tolerance, predicted, breach, signals.value("ttft"), current)
     return SLOSizing(needed, m.lam, m.s, m.k, m.k_itl, m.budget, predicted, breach, msg, new_state)
+
+
+def _unmeasured_capacity(slo: SLOPolicy, m: _Measured, current: int, max_replicas: int) -> SLOSizing:
+    """No replica's capacity measured yet (no KV usage of :data:`KV_USAGE_MIN`, no replica that
+    queued): the count is held, but never above what the SLO needs **even if each replica ran
+    one request at a time** (``k = 1``, the least any engine runs: an upper bound on the replicas
+    needed). So an idle, over-provisioned service comes down to that bound instead of holding
+    its count until a load it never sees measures the capacity; nothing is added on a guess."""
+    bound_m = replace(m, k=1.0, k_itl=None)
+    bound = _count(slo, bound_m, m.lam, max_replicas)
+    needed = min(current, bound)
+    msg = (f"arrivals {_num(m.lam)}/s x {_num(m.s)}s running but no replica capacity measured yet: "
+           f"holding {current} replicas, at most {bound} even at one request per replica: {needed}")
+    return SLOSizing(needed, m.lam, m.s, None, m.k_itl, m.budget, None, False, msg, m.state)
 
 
 @dataclass(frozen=True)
