@@ -212,6 +212,14 @@ def test_slo_mode_without_a_count_for_the_demand_asks_for_nothing_ahead():
         state, current = d.state, d.desired
         assert d.desired == 4 and d.predicted is None, d.reason
     assert "no replica count for the current demand yet" in d.reason
+    # the running time measured but no replica's capacity: the count held under its bound is no
+    # count for the demand either
+    for i in range(5):
+        blind = Signals(time=NOW + 60 + 5 * i, waiting=0.0, running=2.0, replicas=float(current), admission_rate=1.0,
+                        service_seconds=2.0, kv_cache_usage=0.01, prefill=0.2, percentile=90.0, window_seconds=60.0)
+        d = decide(p, state, current, blind, NOW + 60 + 5 * i, 16, history=rising)
+        state, current = d.state, d.desired
+        assert d.predicted is None and d.desired <= 4, d.reason
 
 
 def test_forecast_only_reports_without_acting_and_bounds_still_hold():

@@ -224,14 +224,15 @@ def _scale(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState,
 
 def _basis(policy: AutoscalingPolicy, course: _Course, reading: Reading, current: int, now: float) -> int | None:
     """The replicas the current demand needs, which the forecast's growth scales: SLO mode's
-    count for the measured rate, or None while the model has none (a held ``current`` there is
-    a count the forecast itself raised: grown each decision, it reached maxReplicas on the
-    autoscaling bench's day and stayed there all day); in queue-depth mode ``current``, but
+    count for the measured rate, or None while the model has none or only holds the count
+    (:attr:`SLOSizing.held`: a held ``current`` is a count the forecast itself raised; grown
+    each decision, it reached maxReplicas on the autoscaling bench's day and stayed there all
+    day); in queue-depth mode ``current``, but
     never above the highest reactive recommendation the scale-down window still holds (this
     one's included), so that replicas a forecast added are not taken as the demand's and grown
     again next decision."""
     if reading.slo:
-        counted = course.sizing is not None and course.sizing.needed is not None
+        counted = course.sizing is not None and course.sizing.needed is not None and not course.sizing.held
         return course.raw if counted else None
     cut = now - policy.scale_down_stabilization_seconds
     held = [r for t, r in course.state.recommendations if t >= cut]

@@ -140,9 +140,6 @@ class AutoscalerState:
         prefill_seconds: Last measured prefill-time percentile (SLO mode), s.
         concurrency: Last measured concurrency limit of a replica (requests running on a
             replica that queues, SLO mode); ``None`` until one queued.
-        kv_concurrency: Last measured requests a replica holds at a full KV cache (running
-            per replica / KV usage, SLO mode), kept while usage is too low to measure it;
-            ``None`` until measured.
         itl_fit: Exponentially decayed sums ``(weight, sum b, sum y, sum b*b, sum b*y)`` of
             (running per replica ``b``, ITL percentile ``y``) samples, for the linear ITL
             model of SLO mode (:func:`kubeforge.autoscaling.fit_itl`); ``()`` when empty.
@@ -162,7 +159,6 @@ class AutoscalerState:
     service_seconds: float | None = None
     prefill_seconds: float | None = None
     concurrency: float | None = None
-    kv_concurrency: float | None = None
     itl_fit: tuple[float, ...] = ()
     itl_fit_time: float | None = None
     breach_time: float | None = None
@@ -175,7 +171,7 @@ class AutoscalerState:
             "scaleDownEvents": [...], "lastActiveTime": t | None, "lastScaleTime": t | None,
             "lastScaleDirection": "Up" | "Down" | None, "lastDecisionTime": t | None,
             "queueSample": [t, n] | None, "serviceSeconds": s | None, "prefillSeconds": s | None,
-            "concurrency": n | None, "kvConcurrency": n | None, "itlFit": [w, sb, sy, sbb, sby], "itlFitTime": t | None,
+            "concurrency": n | None, "itlFit": [w, sb, sy, sbb, sby], "itlFitTime": t | None,
             "breachTime": t | None}``.
         """
         return {
@@ -191,7 +187,6 @@ class AutoscalerState:
             "serviceSeconds": self.service_seconds,
             "prefillSeconds": self.prefill_seconds,
             "concurrency": self.concurrency,
-            "kvConcurrency": self.kv_concurrency,
             "itlFit": list(self.itl_fit),
             "itlFitTime": self.itl_fit_time,
             "breachTime": self.breach_time,
@@ -234,7 +229,6 @@ class AutoscalerState:
             service_seconds=_opt_time(data.get("serviceSeconds"), "serviceSeconds"),
             prefill_seconds=_opt_time(data.get("prefillSeconds"), "prefillSeconds"),
             concurrency=_opt_time(data.get("concurrency"), "concurrency"),
-            kv_concurrency=_opt_time(data.get("kvConcurrency"), "kvConcurrency"),
             itl_fit=_floats(data.get("itlFit"), "itlFit", 5),
             itl_fit_time=_opt_time(data.get("itlFitTime"), "itlFitTime"),
             breach_time=_opt_time(data.get("breachTime"), "breachTime"),
