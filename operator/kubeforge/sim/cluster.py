@@ -13,6 +13,12 @@ admission plugins on, then:
 
 State lives under ``$KUBEFORGE_HOME`` (default ``~/.kubeforge``): ``clusters/<name>/kubeconfig``,
 the provisioner's pid and log, and ``bin`` (a link to the binaries).
+
+Heartbeats: kwokctl scales every heartbeat by its ``--heartbeat-factor`` (default 5: kwok's
+node leases last 200 s and are renewed about every 50 s, kube-controller-manager's node monitor
+runs every 25 s with a 200 s grace period; kwok's node status heartbeat is every 10-20 min).
+At 5,000 nodes that is ~100 lease writes a second; ``$KUBEFORGE_SIM_HEARTBEAT_FACTOR`` (e.g. 25:
+~20 a second, the load of 1,024 nodes at the default) sets the factor for a cluster created now.
 """
 
 from __future__ import annotations
@@ -32,10 +38,29 @@ from kubeforge.sim.tools import ensure_tools
 
 DEFAULT_NAME = "kubeforge"
 STORAGE_CLASS = "kubeforge-sim"
+HEARTBEAT_FACTOR_ENV = "KUBEFORGE_SIM_HEARTBEAT_FACTOR"
 
 
 class ClusterError(RuntimeError):
     """A step of bringing the cluster up or down failed; the message says which and why."""
+
+
+def heartbeat_args(env: dict[str, str] | None = None) -> tuple[str, ...]:
+    """kwokctl's ``--heartbeat-factor`` from ``$KUBEFORGE_SIM_HEARTBEAT_FACTOR``; none when unset.
+
+    Raises:
+        ClusterError: the value is not a positive number.
+    """
+    raw = (os.environ if env is None else env).get(HEARTBEAT_FACTOR_ENV, "").strip()
+    if not raw:
+        return ()
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = 0.0
+    if not factor > 0:
+        raise ClusterError(f"{HEARTBEAT_FACTOR_ENV}={raw!r}: want a positive number")
+    return ("--heartbeat-factor", f"{factor:g}")
 
 
 def home() -> Path:
@@ -146,6 +171,7 @@ class Cluster:
                     "--kube-admission=true",
                     *(f"--extra-args={a}" for a in extra_args),
                     *(("--kube-audit-policy", audit_policy) if audit_policy else ()),
+                    *heartbeat_args(),
                     "--wait", "120s",
                 )
             if proc.returncode != 0:
