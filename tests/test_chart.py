@@ -274,7 +274,7 @@ def test_args_built_from_values(helm):
                       "status_url": f"https://{RELEASE}-kubeforge-status.kubeforge-system.svc:8443",
                       "status_tls_secret": ("kubeforge-system", f"{RELEASE}-kubeforge-status-tls"),
                       "worker_reporting": True, "progress_write_seconds": 30.0, "progress_writes_per_second": 5.0,
-                      "engine_control_url": "", "model_cache": False}
+                      "engine_control_url": "", "model_cache": False, "event_loop": "auto"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "status": 8443}
 
 

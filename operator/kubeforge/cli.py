@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from kubeforge.sim.tools import REPO_ROOT
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 @click.group()
@@ -73,12 +79,17 @@ def _service_ref(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--model-cache/--no-model-cache", default=False, show_default=True,
               help="Node cache agents run on the pools' nodes (the chart's cacheAgent.enabled): write ModelCacheNode "
                    "specs, prefer nodes that hold a service's spec.model and mount their copy (docs/serving.md).")
+@click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto", show_default=True,
+              envvar="KUBEFORGE_EVENT_LOOP",
+              help="The event loop: uvloop (no 256 KiB buffer held per kept TLS connection of the workers' status "
+                   "endpoint, e2e/README-reporting-bench.md) or Python's asyncio; auto: uvloop when it is installed.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, metrics_address: str,
         leader_election: bool, lease_namespace: str, lease_name: str, prometheus_allow: tuple[str, ...],
         activator_service: tuple[str, str] | None, status_address: str, status_url: str,
         status_tls_secret: tuple[str, str] | None, worker_reporting: bool, progress_write_seconds: float,
-        progress_writes_per_second: float, engine_control_url: str, model_cache: bool, verbose: bool) -> None:
+        progress_writes_per_second: float, engine_control_url: str, model_cache: bool, event_loop: str,
+        verbose: bool) -> None:
     """Run the operator (kopf) against the current KUBECONFIG or the in-cluster config."""
     import asyncio
 
@@ -108,16 +119,62 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
                                  progress_writes_per_second=progress_writes_per_second,
                                  engine_control_url=engine_control_url.rstrip("/"), model_cache=model_cache))
     stop = asyncio.Event()
-    kopf.run(
-        clusterwide=not namespaces,
-        namespaces=list(namespaces),
-        standalone=True,  # no kopf peering objects: leader election is ours (--leader-election)
-        liveness_endpoint=f"http://{health_address}/healthz",
-        memo=kopf.Memo(rt=rt, stop=stop),
-        stop_flag=stop,
-    )
+    with operator_loop(event_loop) as loop:
+        logging.getLogger("kubeforge").info("event loop: %s", "asyncio" if loop is None else type(loop).__module__)
+        kopf.run(
+            loop=loop,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            standalone=True,  # no kopf peering objects: leader election is ours (--leader-election)
+            liveness_endpoint=f"http://{health_address}/healthz",
+            memo=kopf.Memo(rt=rt, stop=stop),
+            stop_flag=stop,
+        )
     if stop.is_set() and leader_election:
         sys.exit(3)  # leadership lost: restart as a follower
+
+
+@contextlib.contextmanager
+def operator_loop(choice: str) -> Iterator[asyncio.AbstractEventLoop | None]:
+    """The event loop ``kubeforge run`` hands ``kopf.run(loop=...)``, closed on exit.
+
+    kopf uses uvloop by itself only in its own command line (``kopf run``); ``kopf.run()`` takes
+    the loop it is given, or else runs ``asyncio.run``. This does what kopf's command line does:
+    uvloop's loop in an ``asyncio.Runner`` (which cancels what is left, finishes async generators
+    and the default executor, then closes the loop, as ``asyncio.run`` does).
+
+    Args:
+        choice: ``"auto"`` (uvloop when it can be imported, else asyncio's), ``"uvloop"`` (an
+            error when it cannot be imported) or ``"asyncio"``.
+
+    Yields:
+        uvloop's loop (``uvloop.Loop``), or ``None`` for Python's own loop: ``kopf.run`` then
+        runs ``asyncio.run`` exactly as it did before uvloop was used.
+
+    Raises:
+        click.UsageError: ``choice`` is ``"uvloop"`` and uvloop is not installed, or Python is
+            older than 3.11 (no ``asyncio.Runner``).
+    """
+    import asyncio
+
+    factory = None
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise click.UsageError("--event-loop uvloop: uvloop is not installed") from None
+        else:
+            factory = uvloop.new_event_loop
+    if factory is not None and not hasattr(asyncio, "Runner"):
+        if choice == "uvloop":
+            raise click.UsageError("--event-loop uvloop needs Python 3.11 or later")
+        factory = None
+    if factory is None:
+        yield None
+        return
+    with asyncio.Runner(loop_factory=factory) as runner:
+        yield runner.get_loop()
 
 
 def _without_sync_client() -> None:
