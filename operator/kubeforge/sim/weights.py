@@ -25,6 +25,11 @@ The published figures the defaults of :class:`WeightTimes` come from:
   30 s**. Read as the weights part: 141 GB in about 30 s is about 4.7 GB/s from a local copy,
   hence the local read rate chosen, **5 GB/s** (a node's NVMe RAID; 141 GB in 28 s). Their 42
   min cold (about 56 MB/s from their store) is slower than this module's cold.
+* Measured (``hack/measure-weight-load.py`` on a lent H100 80GB HBM3 VM, PCIe Gen5 x16,
+  2026-11-27): the copy into GPU memory is not the bound, **54.9 GB/s** from pinned host memory
+  (7.0 GB/s from pageable memory, what a loader that does not pin pays); that VM's virtual
+  disk read 2.0 GB/s with ``O_DIRECT`` and 5.6 GB/s from the page cache. So a cached load runs
+  at the node's storage rate, and 5 GB/s is a fast NVMe RAID or a warm page cache, not slower.
 
 Engine init and imports do not scale with the model here (llm-d's 73 s each, measured on a 32B
 model): an assumption, stated so that nobody reads more into it.
