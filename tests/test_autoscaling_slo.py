@@ -274,6 +274,17 @@ def test_scale_from_zero_on_the_activators_queue():
     assert d2.desired == 2  # ceil(5 / 4), queue-depth mode on the same held requests
 
 
+def test_a_service_at_zero_that_ran_before_comes_back_for_its_queue():
+    """At zero with its running time remembered but no replica's capacity ever measured, the
+    activator's held requests still bring one replica back (the capacity bound never keeps 0)."""
+    p = slo_policy(min_replicas=0)
+    ran = AutoscalerState(service_seconds=2.0, prefill_seconds=0.3)
+    d = decide(p, ran, 0, Signals(held=3.0, replicas=0.0), T0)
+    assert d.desired == 1, d.reason
+    sized = size_for_slo(p.slo, Signals(held=3.0, replicas=0.0), ran, 0, 8, T0)
+    assert sized.needed == 1 and sized.held, sized.message  # the sizing says so itself
+
+
 def test_scale_down_after_the_window_one_step_at_a_time_and_to_zero_when_idle():
     p = slo_policy(min_replicas=0)
     busy = decide(p, AutoscalerState(), 6, steady(20.0, 6), T0)

@@ -293,10 +293,11 @@ def _unmeasured_capacity(slo: SLOPolicy, m: _Measured, current: int, max_replica
     queued): the count is held, but never above what the SLO needs **even if each replica ran
     one request at a time** (``k = 1``, the least any engine runs: an upper bound on the replicas
     needed). So an idle, over-provisioned service comes down to that bound instead of holding
-    its count until a load it never sees measures the capacity; nothing is added on a guess."""
+    its count until a load it never sees measures the capacity; nothing is added on a guess,
+    but a service at zero with demand gets one replica (which then measures), as before."""
     bound_m = replace(m, k=1.0, k_itl=None)
     bound = _count(slo, bound_m, m.lam, max_replicas)
-    needed = min(current, bound)
+    needed = min(max(current, 1), bound)
     msg = (f"arrivals {_num(m.lam)}/s x {_num(m.s)}s running but no replica capacity measured yet: "
            f"holding {current} replicas, at most {bound} even at one request per replica: {needed}")
     return SLOSizing(needed, m.lam, m.s, None, m.k_itl, m.budget, None, False, msg, m.state, held=True)
