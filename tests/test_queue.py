@@ -161,3 +161,25 @@ def test_a_timer_for_a_key_already_queued_is_dropped_and_one_for_an_idle_key_fir
         return seen
 
     assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_timers_work_on_uvloop_where_a_due_time_already_past_is_a_plain_handle():
+    """The operator runs on uvloop (kubeforge.cli.operator_loop). uvloop's ``call_at`` for a time
+    already past returns a ``Handle`` with no ``when()``; the queue read ``when()`` back and the
+    chaos test's operator raised on a second timer for the same key (a requeue after 0 s)."""
+    import uvloop
+
+    async def scenario():
+        q, seen, gate = _gated_recorder(workers=1)
+        q.add_after("a", 0.0)   # due now: uvloop hands back a plain Handle
+        q.add_after("a", 0.0)   # a second timer for the key compares with the first
+        q.add_after("b", 0.2)
+        q.add_after("b", 0.05)  # the earlier timer still wins
+        gate.set()
+        await _until(lambda: len(seen) == 2)
+        await asyncio.sleep(0.3)
+        await q.stop()
+        return seen
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(scenario()) == ["a", "b"]

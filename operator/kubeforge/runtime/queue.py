@@ -56,7 +56,9 @@ class WorkQueue:
         self._active: set = set()
         self._dirty: dict[Hashable, int] = {}
         self._failures: dict[Hashable, int] = {}
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        # key -> (due, handle): the due time kept here, since uvloop's call_at for a time already
+        # past returns a plain Handle, which has no when() (asyncio's always a TimerHandle)
+        self._timers: dict[Hashable, tuple[float, asyncio.Handle]] = {}
         self._tasks: list[asyncio.Task] = []
 
     def add(self, key: Hashable, urgent: bool = False, follow_up: bool = False) -> None:
@@ -87,11 +89,11 @@ class WorkQueue:
         loop = asyncio.get_running_loop()
         old = self._timers.get(key)
         due = loop.time() + seconds
-        if old is not None and not old.cancelled() and old.when() <= due:
+        if old is not None and not old[1].cancelled() and old[0] <= due:
             return
         if old is not None:
-            old.cancel()
-        self._timers[key] = loop.call_at(due, self._fire, key)
+            old[1].cancel()
+        self._timers[key] = (due, loop.call_at(due, self._fire, key))
 
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
@@ -101,7 +103,7 @@ class WorkQueue:
         """Drop the key's timer and failure count (the object is gone)."""
         t = self._timers.pop(key, None)
         if t is not None:
-            t.cancel()
+            t[1].cancel()
         self._failures.pop(key, None)
 
     def start(self) -> None:
@@ -111,8 +113,8 @@ class WorkQueue:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._timers.values():
-            t.cancel()
+        for _, handle in self._timers.values():
+            handle.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def __len__(self) -> int:
