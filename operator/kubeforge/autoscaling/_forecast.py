@@ -207,7 +207,7 @@ def _seasonal(past: list[tuple[float, float]], recent: list[tuple[float, float]]
     both. The growth counts only where it stands out of the past samples' scatter
     (:data:`MIN_TREND_T` standard errors, as the trend's slope does); otherwise today's level:
     a bursty series' minute-to-minute swings are not a season, and a forecast that follows them
-    asks for a replica one poll and releases it, still starting, the next (693 reversals over
+    asks for a replica one poll and releases it, still starting, the next (821 reversals over
     the autoscaling bench's day with the growth read from one sample)."""
     then = now - period
     ahead = [(t, v) for t, v in past if then + lead - SEASONAL_SMOOTH_SECONDS <= t <= then + lead + 60.0]
