@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting bench-backfill bench-lws-live
+.PHONY: setup tools system-deps demo test unit down crds check-crds bench-training bench-training-burst bench-memory bench-autoscaling bench-preemption bench-serving image peers test-peers bench-preemption-live profile-training bench-reporting bench-backfill bench-lws-live bench-keda-live
 
 $(BIN)/kubeforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -137,6 +137,15 @@ bench-preemption-live: setup tools peers
 # alternating (e2e/README-lws-live.md). BENCH_ARGS="--json FILE" feeds bench-autoscaling --lws-live.
 bench-lws-live: setup tools peers
 	$(BIN)/python -m e2e.bench.lws_live $(BENCH_ARGS)
+
+# Issue 28's live autoscaling comparison: minutes 8-16 of the Azure trace, 6x compressed, through the
+# model-server simulator, kubeforge's operator against the real KEDA + kube-controller-manager's HPA
+# scaling a Deployment (e2e/README-keda-live.md). KEDA is built once from the Go module proxy by
+# hack/build-keda.sh (long); never part of make test, make demo or CI. BENCH_ARGS="--json FILE"
+# feeds bench-autoscaling --keda-live.
+bench-keda-live: setup tools system-deps
+	bash hack/build-keda.sh >/dev/null
+	$(BIN)/python -m e2e.bench.keda_live $(BENCH_ARGS)
 
 # Issue 27's endpoint target: 1,000 running jobs reporting every 10 s to the operator's status
 # endpoint (real tokens, real TLS) against a window without reports in the same run: the operator's

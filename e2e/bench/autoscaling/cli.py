@@ -47,6 +47,7 @@ from e2e.bench.autoscaling.scalers import (
 )
 from e2e.bench.autoscaling.starts import CACHE_MODES, CACHED_START_S, COLD_START_S, WAKE_S, StartTimes
 from e2e.bench.autoscaling.sweep import KUBEFORGE_ROWS
+from e2e.bench.keda_live.summary import load_figures as load_keda_figures
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.traces import AZURE_CODE, default_trace, trace_credit, trace_label
 from e2e.bench.lws_live.summary import load_figures
@@ -162,6 +163,8 @@ def _flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-live", action="store_true", help="skip the live run (no cluster, no Prometheus)")
     ap.add_argument("--lws-live", type=Path, default=None, metavar="JSON",
                     help="the figures of python -m e2e.bench.lws_live --json JSON, for the multi-node group target")
+    ap.add_argument("--keda-live", type=Path, default=None, metavar="JSON",
+                    help="the figures of python -m e2e.bench.keda_live --json JSON, for the live KEDA + HPA target")
     ap.add_argument("--cluster", default=os.environ.get("KUBEFORGE_BENCH_CLUSTER", "kubeforge-bench"))
 
 
@@ -185,12 +188,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.rows = parse_rows(a.kubeforge_row)
     a.sweep_keys = None if a.sweep == "all" else [k for k in a.sweep.split(",") if k and k != "none"]
     a.live = None
+    kf = lws = kf_live = keda_live = None
     if a.lws_live is not None:
         try:
             kf, lws = load_figures(a.lws_live)
         except (OSError, ValueError) as e:
             ap.error(f"--lws-live: {e}")
-        a.live = LiveFigures(group_ready_p50=kf, lws_ready_p50=lws)
+    if a.keda_live is not None:
+        try:
+            kf_live, keda_live = load_keda_figures(a.keda_live)
+        except (OSError, ValueError) as e:
+            ap.error(f"--keda-live: {e}")
+    if a.lws_live is not None or a.keda_live is not None:
+        a.live = LiveFigures(kubeforge=kf_live, keda=keda_live, group_ready_p50=kf, lws_ready_p50=lws)
     return a
 
 
