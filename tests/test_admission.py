@@ -817,14 +817,16 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
     equal and the node records are the very objects it was built from: only the GPUs held (and
     the pool's record) differ, and the views, admissions and waits are those of a fresh round.
     A node record replaced (a label added) or a pool spec changed makes a fresh view; a pool
-    record replaced by a status write does not."""
+    record replaced by a status write does not, nor the same node records in another order."""
     pool = mk_pool("p")
     memo = AdmissionMemo()
     fleet = [mk_node(f"n{i}", 8, {CLIQUE: f"c{i // 2}"}) for i in range(6)]
     held: dict[str, tuple] = {}
     specs = {"a": (2, 8), "b": (1, 4), "c": (2, 8)}
     steps = []
-    for t in range(5):
+    for t in range(6):
+        if t == 5:  # the same records in another order: the operator's index store moves a node
+            fleet = fleet[3:] + fleet[:3]  # to the end of its order on every event (a heartbeat)
         if t == 2:  # a label arrives on n3: a new record for it
             fleet[5] = mk_node("n5", 8, {CLIQUE: "c2", "extra": "yes"})
         if t == 3:
@@ -850,11 +852,11 @@ def test_memo_reuses_a_pool_view_only_while_its_pool_and_nodes_are_the_same_obje
         held.update({a.key[1]: a.placement.nodes for a in with_memo.admit})
     # t=1: the nodes round 0's admissions took are copied with their new counts, the others
     # kept; t=2 (a node relabelled) and t=3 (the spec changed): built afresh; t=4 (only the
-    # pool's status changed): all kept
+    # pool's status changed) and t=5 (the records reordered): all kept
     assert steps[0] == (0, [])
     assert 0 < len(steps[1][1]) < 6
     assert steps[2] == (2, []) and steps[3] == (3, [])
-    assert steps[4] == (4, [f"n{i}" for i in range(6)])
+    assert steps[4] == (4, [f"n{i}" for i in range(6)]) and steps[5] == (5, [f"n{i}" for i in range(6)])
 
 
 def test_a_gang_in_a_pool_whose_nodes_lack_its_gpu_resource_names_the_resource():

@@ -115,6 +115,27 @@ def test_a_pod_event_that_changes_nothing_the_record_keeps_queues_no_reconcile()
     assert asyncio.run(scenario()) == [([job], [job]), ([], []), ([job], [job]), ([job], [job])]
 
 
+def test_a_node_heartbeat_keeps_the_very_record_and_wakes_nothing_a_change_replaces_it_and_wakes_admission():
+    # the admission round reuses a pool's view and placement index only while the node objects
+    # are the same ones (pool_view's basis): an equal copy per heartbeat would rebuild them all
+    async def scenario():
+        kube = await small_cluster()
+        rt = kube.new_runtime()
+        body = copy.deepcopy(kube.get("Node", None, "n0"))
+        before = rt.cache.node("n0")
+        rt.admission_wake.clear()
+        body["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                         "lastHeartbeatTime": "2026-11-27T10:00:00Z"}]
+        await kube.put("Node", body)
+        heartbeat = (rt.cache.node("n0") is before, rt.admission_wake.is_set())
+        body["metadata"].setdefault("labels", {})["nvidia.com/gpu.clique"] = "c9"
+        await kube.put("Node", body)
+        after = rt.cache.node("n0")
+        return heartbeat, (after is before, after.labels.get("nvidia.com/gpu.clique"), rt.admission_wake.is_set())
+
+    assert asyncio.run(scenario()) == ((True, False), (False, "c9", True))
+
+
 def test_the_safety_net_round_slows_down_only_after_a_round_that_decided_nothing_and_left_nothing_waiting():
     waiting = AdmissionPlan(wait=[Wait((NS, "j"), WAITING_FOR_CAPACITY, "no room")])
     now = 1000.0

@@ -3,7 +3,6 @@ topology levels. Pure."""
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Mapping
@@ -30,8 +29,8 @@ class PoolView:
         tolerations: The pool's tolerations (core/v1 dicts), added to every pod placed in it.
         price: ``spec.pricePerGPUHour`` or None.
         basis: What the view was built from: ``(the pool's name, its spec, the cluster's node
-            records in order)``, so that a later round given an equal spec and the very same
-            node objects can reuse it (:func:`pool_view`'s ``reuse``).
+            records)``, so that a later round given an equal spec and the very same node
+            objects (in any order) can reuse it (:func:`pool_view`'s ``reuse``).
         labels_key: A hash of the nodes' names and labels (the topology a placement reads),
             computed once per build: :class:`~kubeforge.admission.AdmissionMemo` compares it
             between rounds.
@@ -128,8 +127,7 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     a fresh build was a sixth of the operator's CPU in an admission burst (one per pool and
     round).
     """
-    basis = (pool.name, pool.spec, tuple(nodes.values()))
-    if reuse is not None and _same_basis(reuse.basis, basis):
+    if reuse is not None and _same_basis(reuse.basis, pool, nodes):
         infos = tuple(n if n.gpus_allocated == (held := max(0, int(allocated.get(n.name, 0))))
                       else replace(n, gpus_allocated=held) for n in reuse.nodes)
         return replace(reuse, record=pool, nodes=infos, unavailable=pool_unavailable(pool, device_classes))
@@ -147,15 +145,19 @@ def pool_view(pool: PoolRecord, nodes: Mapping[str, Node], allocated: Mapping[st
     infos = tuple(with_paths(infos, levels))
     price = pool.spec.price_per_gpu_hour if pool.spec else None
     labels_key = hash(tuple((n.name, frozenset(n.labels.items())) for n in infos))
+    basis = (pool.name, pool.spec, tuple(nodes.values()))
     return PoolView(pool.name, pool, resource, infos, levels, source, tolerations, price, basis, labels_key,
                     pool_unavailable(pool, device_classes))
 
 
-def _same_basis(a: tuple, b: tuple) -> bool:
-    """Whether two :attr:`PoolView.basis` name the same pool with equal specs and hold the
-    very same node objects, in the same order."""
-    return (len(a) == 3 and a[0] == b[0] and a[1] == b[1] and len(a[2]) == len(b[2])
-            and all(map(operator.is_, a[2], b[2])))
+def _same_basis(basis: tuple, pool: PoolRecord, nodes: Mapping[str, Node]) -> bool:
+    """Whether a :attr:`PoolView.basis` names ``pool`` with an equal spec and ``nodes`` (by
+    name) are the very same node objects it was built from, in any order: the operator's
+    index store moves a node to the end of its order on every event, a heartbeat included."""
+    if len(basis) != 3 or basis[0] != pool.name or basis[1] != pool.spec or len(basis[2]) != len(nodes):
+        return False
+    get = nodes.get
+    return all(get(n.name) is n for n in basis[2])
 
 
 def placeable(view: PoolView, held: Mapping[str, int], gpus_per_replica: int, current: int, unplaced: int = 0) -> int:

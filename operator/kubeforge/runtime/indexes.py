@@ -40,14 +40,21 @@ def _frees_gpus(pod: Pod) -> bool:
 
 async def kf_nodes(name: str, body: Any, memo: Any, **_: Any) -> dict:
     """node name -> :class:`~kubeforge.objects.Node`. Wakes admission only when something it
-    reads changed (heartbeats do not), and the jobs placed there when taints or readiness did."""
+    reads changed (heartbeats do not), and the jobs placed there when taints or readiness did.
+
+    An event that changes nothing kubeforge reads (a kubelet's heartbeat, a status PATCH of
+    conditions' times) keeps the very record the index holds, not an equal copy: the admission
+    round reuses a pool's view and placement index only while it sees the same node objects
+    (:func:`~kubeforge.admission.pool_view`), and at 5,000 nodes some node heartbeats in
+    every round (e2e/README-scale-bench.md, "Live at 5,000 nodes")."""
     rt = memo.rt
     node = node_from_k8s(body)
     old = rt.cache.node(name)
-    if old != node:
-        rt.wake_admission()
-        if old is not None and (old.taints != node.taints or old.ready != node.ready):
-            _queue_jobs_on(rt, (name,))  # a gang with a rank there may have to move
+    if old == node:
+        return {name: old}
+    rt.wake_admission()
+    if old is not None and (old.taints != node.taints or old.ready != node.ready):
+        _queue_jobs_on(rt, (name,))  # a gang with a rank there may have to move
     return {name: node}
 
 
