@@ -25,6 +25,7 @@ from dataclasses import replace
 import pytest
 
 import kubeforge.admission._round as round_module
+import kubeforge.placement._fit as fit_module
 from e2e.bench.lib.replay import T0
 from e2e.bench.lib.traces import ALIBABA_PODS, default_trace
 from e2e.bench.scale.workload import fleet as scale_fleet, gangs, job_views, pool as scale_pool, snapshot as scale_snapshot
@@ -269,3 +270,138 @@ def test_repeated_levels_raise_as_place_gang_does():
     levels = (NVLINK, replace(IB, node_label=CLIQUE))
     with pytest.raises(ValueError, match="node labels must be unique"):
         PoolIndex(nodes, levels, {}).place(GangRequest(1, 1, "None"))
+
+
+# ----------------------------------------------------------------- carried across rounds
+
+def next_round_nodes(rng: random.Random, nodes: list[NodeInfo], reserved: dict[str, int]) -> list[NodeInfo]:
+    """The pool view of a later round: as ``pool_view`` reuses one, the same records except the
+    nodes whose GPUs held changed (promises that became pods, pods that ended), replaced."""
+    out = []
+    for n in nodes:
+        if reserved.get(n.name, 0) > 0 and rng.random() < 0.7:
+            n = replace(n, gpus_allocated=min(n.gpus_allocatable, n.gpus_allocated + reserved[n.name]))
+        elif n.gpus_allocated and rng.random() < 0.1:
+            n = replace(n, gpus_allocated=rng.randint(0, n.gpus_allocated - 1))
+        out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_an_index_carried_into_later_rounds_answers_as_place_gang_on_their_nodes(seed):
+    """Three rounds in a row through one index, rebased between them onto the next round's
+    node records and its own promises (empty, or a nomination), as AdmissionMemo carries it."""
+    rng = random.Random(seed)
+    nodes = random_fleet(rng)
+    levels = rng.choice(LEVEL_SETS)
+    if rng.random() < 0.5 and len({lv.node_label for lv in levels}) == len(levels):
+        nodes = with_paths(nodes, levels)
+    names = [n.name for n in nodes]
+    shapes = [random_request(rng, names) for _ in range(5)]
+    reserved: dict[str, int] = {}
+    index = PoolIndex(nodes, levels, reserved)
+    for rnd in range(3):
+        if rnd:
+            nodes = next_round_nodes(rng, nodes, reserved)
+            reserved = {n: rng.randint(1, 4) for n in rng.sample(names, 1)} if rng.random() < 0.3 else {}
+            carried = index.rebase(nodes, levels, reserved)
+            # it carries unless the round replaced more than a quarter of the records
+            assert carried or sum(a is not b for a, b in zip(index.nodes, nodes)) * 4 >= len(nodes)
+            if not carried:
+                index = PoolIndex(nodes, levels, reserved)
+        for _ in range(15):
+            request = rng.choice(shapes) if rng.random() < 0.85 else random_request(rng, names)
+            got = answer(index.place, request)
+            assert got == answer(lambda r: place_gang(r, nodes, levels, dict(reserved)), request), (seed, rnd, request)
+            if hasattr(got, "gpus_by_node"):
+                for n, g in got.gpus_by_node.items():
+                    reserved[n] = reserved.get(n, 0) + g
+                index.changed(got.gpus_by_node)
+
+
+def test_an_index_is_not_carried_over_other_levels_nodes_or_labels():
+    nodes = [NodeInfo(f"n{i}", {CLIQUE: f"c{i // 2}"}, 8, 0) for i in range(8)]
+    index = PoolIndex(nodes, (NVLINK,), {})
+    index.place(GangRequest(2, 8, "Required", "nvlink"))
+    relabelled = [replace(nodes[0], labels={CLIQUE: "c9"}), *nodes[1:]]
+    cordoned = [replace(nodes[0], cordoned=True, schedulable=False), *nodes[1:]]
+    assert not index.rebase(nodes, (NVLINK, IB), {})
+    assert not index.rebase(nodes[:-1], (NVLINK,), {})
+    assert not index.rebase([*nodes[:-1], NodeInfo("other", {CLIQUE: "c3"}, 8, 0)], (NVLINK,), {})
+    assert not index.rebase(relabelled, (NVLINK,), {})
+    assert not index.rebase(cordoned, (NVLINK,), {})
+    assert index.rebase([replace(nodes[0], gpus_allocated=8), *nodes[1:]], (NVLINK,), {})
+
+
+@pytest.fixture
+def rebased(monkeypatch) -> list[bool]:
+    """What every PoolIndex.rebase of the rounds answered."""
+    out: list[bool] = []
+    real = round_module.PoolIndex.rebase
+
+    def recording(self, *args):
+        out.append(real(self, *args))
+        return out[-1]
+
+    monkeypatch.setattr(round_module.PoolIndex, "rebase", recording)
+    return out
+
+
+def test_the_scale_bench_chain_carries_the_index_from_round_to_round(indexed, rebased):
+    """The release round (same node objects, one gang's nodes freer) rebases the index of the
+    round before rather than build one, and decides as rounds without it. (The written round
+    builds anew: the cold round filled more than a quarter of the fleet.)"""
+    batch = gangs(default_trace(ALIBABA_PODS), 300, seed=7)
+    views = job_views(batch)
+    fleet_nodes, pool_rec = scale_fleet(64), scale_pool()
+    memo_on, memo_off = AdmissionMemo(), AdmissionMemo()
+    on, off = both(scale_snapshot(fleet_nodes, pool_rec, views), T0, memo_on, memo_off)
+    assert on == off and not rebased
+    by_key = {(g.namespace, g.name): g for g in batch}
+    placed_nodes = {a.key: a.placement.nodes for a in on["admit"]}
+    views.update(job_views([by_key[k] for k in placed_nodes], placed_nodes))
+    on, off = both(scale_snapshot(fleet_nodes, pool_rec, views), T0 + 5, memo_on, memo_off)
+    done = next(iter(placed_nodes))
+    views.update(job_views([by_key[done]], finished=frozenset([done])))
+    on2, off2 = both(scale_snapshot(fleet_nodes, pool_rec, views), T0 + 15, memo_on, memo_off)
+    assert (on, on2) == (off, off2) and rebased == [False, True]
+
+
+# ----------------------------------------------------------------- domain choice, skipping
+
+def exhaustive_choose(slots, free, members, narrower, replicas, gpus):
+    """The rank key's definition, with nodes chosen in every domain that ties for the fewest
+    GPUs left: the best is the least (GPUs left, nodes touched, domain name)."""
+    need = replicas * gpus
+    fit = [name for name, n in slots.items() if n >= replicas]
+    if not fit:
+        return None, 0, slots
+    least = min(free[name] - need for name in fit)
+    entries = []
+    for name in fit:
+        if free[name] - need == least:
+            choice = fit_module._place_within(members(name), narrower, replicas, gpus)
+            entries.append(((least, len(choice), name), name, choice, free[name], members(name)))
+    return min(entries, key=lambda e: e[0]), len(fit), slots
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_skipping_tied_domains_that_cannot_win_chooses_what_trying_them_all_does(seed, monkeypatch):
+    rng = random.Random(seed)
+    nodes = random_fleet(rng)
+    levels = rng.choice(LEVEL_SETS[:3])
+    names = [n.name for n in nodes]
+    reserved = {n: rng.randint(0, 4) for n in rng.sample(names, rng.randint(0, len(names) // 2))}
+    requests = [random_request(rng, names) for _ in range(8)]
+    got = [answer(lambda r: place_gang(r, nodes, levels, reserved), r) for r in requests]
+    monkeypatch.setattr(fit_module, "choose_domain", exhaustive_choose)
+    assert got == [answer(lambda r: place_gang(r, nodes, levels, reserved), r) for r in requests]
+
+
+def test_on_an_empty_fleet_nodes_are_chosen_in_one_tied_domain_not_in_all(monkeypatch):
+    nodes = [NodeInfo(f"n{i:03d}", {CLIQUE: f"c{i // 8:02d}"}, 8, 0) for i in range(80)]
+    calls = []
+    real = fit_module._place_within
+    monkeypatch.setattr(fit_module, "_place_within", lambda *a: calls.append(a) or real(*a))
+    result = place_gang(GangRequest(2, 4, "Required", "nvlink"), nodes, (NVLINK,))
+    assert result.domain == "c00" and len(calls) == 1  # 10 domains tie; the first holds it on one node

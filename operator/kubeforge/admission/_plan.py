@@ -86,6 +86,10 @@ class AdmissionMemo:
             spec and nodes did not change (:func:`~kubeforge.admission.pool_view`).
         reserved: The nodes of each reservation of the last round, by gang: a gang keeps them
             while they are still good (:mod:`kubeforge.admission._reservation`).
+        indexes: Per pool, ``(GPU resource, its placement index)`` as the last round that placed
+            a gang there left it: the next round carries it over
+            (:meth:`~kubeforge.placement.PoolIndex.rebase`) instead of building every kind's
+            candidates again over every node.
     """
 
     free: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -94,6 +98,7 @@ class AdmissionMemo:
     waits: dict[Key, tuple[tuple, tuple[int, ...], tuple, "Wait"]] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
     reserved: dict[Key, frozenset[str]] = field(default_factory=dict)
+    indexes: dict[str, tuple] = field(default_factory=dict)
 
     def advance(self, views: Mapping[str, PoolView], signatures: Mapping[str, tuple] | None = None) -> None:
         """At the start of a round: move each pool's epoch when any of its nodes has more free
@@ -308,7 +313,8 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
                                      memo.views.get(name), snapshot.device_classes)
     memo.views = dict(plan.views)
     rules = rules if rules is not None else AdmissionRules()
-    rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules, reserved_before=memo.reserved)
+    rnd = Round(snapshot, now, plan.ledgers, plan.views, rules=rules, reserved_before=memo.reserved,
+                indexes_before=memo.indexes)
     taken = rnd.taken
 
     by_key, queue = _pending_gangs(snapshot, now, plan)
@@ -325,6 +331,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
         (plan.admit if isinstance(decision, Admit) else plan.wait).append(decision)  # type: ignore[arg-type]
     memo.waits = waits
     memo.settle(plan.views, taken)
+    memo.indexes = {name: got for name, got in {**memo.indexes, **rnd.indexes}.items() if name in plan.views}
 
     plan.reservations = [r for rs in rnd.queue.reservations.values() for r in rs]
     memo.reserved = {r.key: frozenset(r.placement.gpus_by_node) for r in plan.reservations}

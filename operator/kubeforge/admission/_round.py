@@ -107,6 +107,7 @@ class Round:
     versions: dict[str, int] = field(default_factory=dict)  # per resource: moves with every change of taken
     nofits: dict[tuple, NoFit] = field(default_factory=dict)  # the round's "no room" answers (see fit)
     indexes: dict[str, tuple[str, PoolIndex]] = field(default_factory=dict)  # per pool: (resource, index)
+    indexes_before: Mapping[str, tuple[str, PoolIndex]] = field(default_factory=dict)  # an earlier round's
 
     def __post_init__(self) -> None:
         self.queue = QueueBook(self.snapshot, self.views, self.now, self.rules.queueing, previous=self.reserved_before)
@@ -268,7 +269,10 @@ class Round:
             return place_gang(request, view.nodes, view.levels, reserved)
         got = self.indexes.get(view.name)
         if got is None:
-            got = self.indexes[view.name] = (view.resource, PoolIndex(view.nodes, view.levels, taken))
+            got = self.indexes_before.get(view.name)
+            if got is None or got[0] != view.resource or not got[1].rebase(view.nodes, view.levels, taken):
+                got = (view.resource, PoolIndex(view.nodes, view.levels, taken))
+            self.indexes[view.name] = got
         return got[1].place(request)
 
     @staticmethod

@@ -61,10 +61,12 @@ class _Kind:
             self.members.append(members)
         self.synced = synced
 
-    def sync(self, log: Sequence[str], levels: Sequence[TopologyLevel], reserved: Mapping[str, int]) -> None:
+    def sync(self, log: Sequence[str], levels: Sequence[TopologyLevel], reserved: Mapping[str, int],
+             fresh: Mapping[str, NodeInfo]) -> None:
         """Catch up with the nodes whose promised GPUs changed since the last call (``log`` from
-        the position reached then): each one's candidate again and its domains' totals moved by
-        the difference; from scratch when more changed than a quarter of the candidates."""
+        the position reached then): each one's candidate again (from its record in ``fresh``
+        when a later round replaced it, :meth:`PoolIndex.rebase`) and its domains' totals moved
+        by the difference; from scratch when more changed than a quarter of the candidates."""
         if self.synced == len(log):
             return
         changed = dict.fromkeys(log[self.synced:])
@@ -77,7 +79,7 @@ class _Kind:
             if i is None:
                 continue  # not a candidate of this kind (another pool's, avoided, unusable)
             old = self.cands[i]
-            new = candidates(self.request, (old.node,), levels, reserved)[0]
+            new = candidates(self.request, (fresh.get(name, old.node),), levels, reserved)[0]
             self.cands[i] = new
             for k, level in enumerate(levels):
                 value = old.node.labels.get(level.node_label)
@@ -116,6 +118,8 @@ class PoolIndex:
         self.reserved = reserved
         self._log: list[str] = []  # node names whose promised GPUs changed, in order
         self._kinds: dict[GangRequest, _Kind | None] = {}  # None: place_gang decides that kind
+        self._used: set[GangRequest] = set()  # kinds placed since the last rebase
+        self._fresh: dict[str, NodeInfo] = {}  # nodes replaced by the last rebase
         self._by_name: dict[str, NodeInfo] | None = None
         try:
             check_levels(self.levels)
@@ -139,7 +143,7 @@ class PoolIndex:
         kind = self._kind(request) if self._valid else None
         if kind is None:
             return place_gang(request, self.nodes, self.levels, self.reserved)
-        kind.sync(self._log, self.levels, self.reserved)
+        kind.sync(self._log, self.levels, self.reserved, self._fresh)
         levels, replicas, g = self.levels, request.replicas, request.gpus_per_replica
         result = place_in_mode(request, kind.fitting, kind.cands, levels,
                                lambda i: kind.domains_at(levels, i, replicas, g))
@@ -153,6 +157,7 @@ class PoolIndex:
         """The kept candidates of the request's kind, built on its first gang; None for a kind
         no node can hold a replica of (:func:`place_gang` says why)."""
         key = dataclasses.replace(request, replicas=1, mode="None", level=None, spread_keys=(), spare_nodes=0)
+        self._used.add(key)
         if key in self._kinds:
             return self._kinds[key]
         fitting = _fitting_nodes(request, self.nodes)
@@ -162,3 +167,45 @@ class PoolIndex:
             kind.build(self.levels, self.reserved, len(self._log))
         self._kinds[key] = kind
         return kind
+
+    def rebase(self, nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel], reserved: Mapping[str, int]) -> bool:
+        """Carry the index into a later admission round: ``nodes`` (that round's pool view),
+        ``levels`` and ``reserved`` (that round's promises) replace the ones it was built for.
+
+        The kinds placed since the last rebase are kept (the others dropped, so the index does
+        not grow with every request shape ever seen) and refresh, on their next gang, only the
+        nodes that differ: a node record that is not the very same object, and every node
+        promised GPUs in the old round or the new one. That is a few nodes per admitted gang,
+        not the pool: at 5,000 nodes, building every kind's candidates was a fifth of a live
+        round (e2e/README-scale-bench.md, "Live at 5,000 nodes").
+
+        Returns:
+            False (nothing changed) when the index cannot be carried and a new one must be built:
+            other levels, other nodes (names, in order), a node changed in more than the GPUs
+            pods hold (labels, readiness, taints, resources: the candidates' filters), or more
+            than a quarter of the records replaced (every kind would be built again anyway).
+        """
+        if tuple(levels) != self.levels or len(nodes) != len(self.nodes):
+            return False
+        fresh = {}
+        for old, new in zip(self.nodes, nodes):
+            if old is not new:
+                if not _same_but_held(old, new) or len(fresh) * 4 >= len(nodes):
+                    return False
+                fresh[new.name] = new
+        self._kinds = {key: kind for key, kind in self._kinds.items() if key in self._used}
+        for kind in self._kinds.values():
+            if kind is not None:
+                kind.fitting = nodes if kind.fitting is self.nodes else [fresh.get(n.name, n) for n in kind.fitting]
+                kind.synced = 0
+        self._log = [*fresh, *self.reserved, *reserved]
+        self.nodes, self.reserved, self._fresh = nodes, reserved, fresh
+        self._used, self._by_name = set(), None
+        return True
+
+
+def _same_but_held(old: NodeInfo, new: NodeInfo) -> bool:
+    """Whether two records of a node differ at most in ``gpus_allocated`` (and so in nothing a
+    kind's node filter or candidate path reads)."""
+    return (old.name == new.name and old.path == new.path and old.resources == new.resources
+            and dataclasses.replace(old, gpus_allocated=new.gpus_allocated) == new)
