@@ -97,3 +97,16 @@ def test_sizes_flag():
 def test_proc_status_reads_a_kib_field():
     assert proc_status_kib("NoSuchField") == 0
     assert proc_status_kib("VmRSS") >= 0
+
+
+def test_the_burst_admits_the_same_gangs_to_the_same_nodes_every_way(capsys):
+    """The burst replay (e2e.bench.scale.burst): carrying the pool view and the placement index
+    from round to round changes no admission; a crowded fleet, so later rounds wait and place."""
+    from e2e.bench.scale.burst import WAYS, burst_rounds, main
+
+    results = [burst_rounds(16, 120, 15, way) for way in WAYS]
+    assert all(len(cpu) == 8 for cpu, _ in results)
+    assert results[0][1] and 0 < len(results[0][1]) < 120  # some wait: the fleet is full
+    assert results[0][1] == results[1][1] == results[2][1]
+    assert main(["--nodes", "48", "--jobs", "60", "--per-round", "20"]) == 0
+    assert "same admissions" in capsys.readouterr().out
