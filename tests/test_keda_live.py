@@ -98,7 +98,7 @@ def test_the_deployment_runs_the_simulators_pods_and_the_aggregated_api_is_reach
                            {"fleet": "ns"})
     tpl = d["spec"]["template"]
     assert tpl["metadata"]["labels"] == {objects.SERVICE_LABEL: "chat"} == d["spec"]["selector"]["matchLabels"]
-    assert tpl["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert tpl["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert tpl["spec"]["nodeSelector"] == {"fleet": "ns"} and tpl["spec"]["terminationGracePeriodSeconds"] == 0
     svc, api = objects.metrics_service(6443), objects.api_service(6443)
     assert svc["spec"]["type"] == "ExternalName" and svc["spec"]["externalName"] == "localhost"

@@ -18,7 +18,7 @@ own manifest does (``config/metrics-server/api_service.yaml``).
 
 from __future__ import annotations
 
-__all__ = ["SERVICE_LABEL", "api_service", "deployment", "metrics_service", "prometheus_query", "scaled_object"]
+__all__ = ["KEDA_NAMESPACE", "METRICS_SERVICE", "SERVICE_LABEL", "api_service", "deployment", "metrics_service", "prometheus_query", "scaled_object"]
 
 SERVICE_LABEL = "kubeforge.io/inference-service"
 """The label the model-server simulator counts a service's pods by (``kubeforge.sim.modelserver``)."""
@@ -43,7 +43,7 @@ def deployment(namespace: str, name: str, template: dict, node_selector: dict[st
     spec = dict(template.get("spec") or {})
     spec["nodeSelector"] = dict(node_selector)
     spec["containers"] = [
-        {**c, "resources": {**(c.get("resources") or {}), "limits": {"nvidia.com/gpu": gpus}}}
+        {**c, "resources": {**(c.get("resources") or {}), "limits": {"nvidia.com/gpu": str(gpus)}}}
         for c in spec.get("containers") or []]
     labels = {SERVICE_LABEL: name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},

@@ -120,9 +120,18 @@ class KedaStack:
         docs = [yaml.safe_load(p.read_text()) for p in sorted((self.bin_dir / "crds").glob("*.yaml"))]
         self.c.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kubeforge-keda", "-f", "-",
                        input="\n---\n".join(yaml.safe_dump(d) for d in docs if d), timeout=300)
-        self.c.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=keda-operator",
-                       "--timeout=120s", check=False)
-        self.c.kubectl("wait", "--for=condition=Established", "crd/scaledobjects.keda.sh", "--timeout=120s")
+        names = {d["metadata"]["name"] for d in docs if d}
+        deadline = time.monotonic() + 120
+        while True:  # bounded; `kubectl wait` fails outright on a CRD whose status has no conditions yet
+            items = json.loads(self.c.kubectl("get", "crd", "-o", "json").stdout)["items"]
+            established = {i["metadata"]["name"] for i in items if any(
+                x.get("type") == "Established" and x.get("status") == "True"
+                for x in (i.get("status") or {}).get("conditions") or [])}
+            if names <= established:
+                break
+            if time.monotonic() > deadline:
+                raise KedaError(f"KEDA's CRDs not Established after 120s: {sorted(names - established)}")
+            time.sleep(0.5)
         self.c.kubectl("create", "namespace", KEDA_NAMESPACE, check=False)
 
     def start(self, timeout: float = 180) -> None:
