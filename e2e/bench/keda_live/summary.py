@@ -9,9 +9,10 @@ counts ``compression`` trace seconds (TTFTs, replica-minutes, queue waits alike)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from e2e.bench.lib.jsonfile import dump_figures
 from e2e.bench.lib.stats import percentile
 
 __all__ = ["Figures", "Sample", "SystemFigures", "dump", "load_figures", "replica_seconds", "system_figures",
@@ -165,20 +166,9 @@ class Figures:
     machine: str
 
 
-def _clean(x):
-    """NaN -> None, recursively (JSON has no NaN)."""
-    if isinstance(x, float) and x != x:
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def dump(f: Figures, path: Path) -> None:
     """Write ``f`` as JSON to ``path`` (NaN written as null)."""
-    Path(path).write_text(json.dumps(_clean(asdict(f)), indent=1) + "\n")
+    dump_figures(f, path)
 
 
 def _triple(d, name: str, path: Path) -> tuple[float, float, int] | None:

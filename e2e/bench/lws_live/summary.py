@@ -5,9 +5,10 @@ e2e.bench.autoscaling --lws-live FILE`` reads back."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from e2e.bench.lib.jsonfile import dump_figures
 from e2e.bench.lib.stats import percentile
 from e2e.bench.lws_live.track import GroupTimes
 
@@ -95,20 +96,9 @@ def figures(groups: list[GroupTimes], rounds: int, replicas: int, size: int, gpu
     return Figures(kf, lw, r, ok, rounds, replicas, size, gpus, load, when)
 
 
-def _clean(x):
-    """NaN -> None, recursively (JSON has no NaN)."""
-    if isinstance(x, float) and x != x:
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def dump(f: Figures, path: Path) -> None:
     """Write ``f`` as JSON to ``path`` (NaN written as null)."""
-    path.write_text(json.dumps(_clean(asdict(f)), indent=1) + "\n")
+    dump_figures(f, path)
 
 
 def load_figures(path: Path) -> tuple[float | None, float | None]:
