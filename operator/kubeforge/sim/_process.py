@@ -1,6 +1,7 @@
 """Child processes of the local cluster's helpers (Prometheus, the activator, the provisioner,
 the IMEX stand-in, operators, the peers): a free loopback port for one, start one detached with
-a pid file, wait until one answers on HTTP, stop one. Bounded waits only."""
+a pid file, wait until one answers on HTTP, stop one, find the ones a cluster left behind.
+Bounded waits only."""
 
 from __future__ import annotations
 
@@ -88,3 +89,73 @@ def stop_pidfile(pidfile: Path, sig: int = signal.SIGTERM, grace: float = 5.0) -
     except (OSError, ValueError):
         pass
     pidfile.unlink(missing_ok=True)
+
+
+def _ancestors() -> set[int]:
+    """This process's pid and its ancestors' (never stopped as strays)."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the command's parentheses
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def kubeforge_processes(kubeconfig: str) -> list[int]:
+    """Pids of ``python -m kubeforge...`` processes (the operator, the sim provisioner, the
+    IMEX stand-in, the workers' stand-ins...) aimed at ``kubeconfig``: by ``KUBECONFIG`` in
+    their environment or a ``--kubeconfig`` argument. Read from ``/proc`` (Linux; elsewhere,
+    or for another user's processes, nothing is found). This process and its ancestors are
+    never listed."""
+    mine = _ancestors()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not any(a == b"-m" and b.startswith(b"kubeforge") for a, b in zip(argv, argv[1:])):
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        target = kubeconfig.encode()
+        if b"KUBECONFIG=" + target in env or any(
+                a == b"--kubeconfig" and b == target for a, b in zip(argv, argv[1:])):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_pids(pids: Sequence[int], grace: float = 5.0) -> None:
+    """SIGTERM each of ``pids`` (its whole process group when it leads one), then SIGKILL what
+    is left after ``grace`` seconds. Pids already gone are fine."""
+    def signal_all(sig: int) -> list[int]:
+        alive = []
+        for pid in pids:
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+                alive.append(pid)
+            except OSError:
+                pass
+        return alive
+
+    alive = signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    if alive:
+        signal_all(signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

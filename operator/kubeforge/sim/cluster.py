@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from kubeforge.sim._process import start_detached, stop_pidfile
+from kubeforge.sim._process import kubeforge_processes, start_detached, stop_pidfile, stop_pids
 from kubeforge.sim.fleet import DRA_NODE_LABEL, Fleet, node_manifests
 from kubeforge.sim.tools import ensure_tools
 
@@ -246,9 +246,18 @@ class Cluster:
             api.close()
 
     def down(self, log=print) -> None:
-        """Stop the provisioner and delete the cluster (all its state); idempotent."""
+        """Stop the provisioner and delete the cluster (all its state); idempotent.
+
+        Every ``python -m kubeforge...`` process still aimed at this cluster's kubeconfig is
+        stopped first (SIGTERM, SIGKILL after 5 s), pid file or not: a test run killed before
+        its teardown leaves its operator running, and the next cluster of the same name would
+        otherwise be served by two operators (two status-endpoint CAs, doubled preemptions)."""
         for pid in ("provisioner.pid", "imex.pid"):
             stop_pidfile(self.dir / pid, grace=0)
+        strays = kubeforge_processes(self.kubeconfig)
+        if strays:
+            log(f"stopping {len(strays)} kubeforge process(es) left aimed at {self.name}: pids {strays}")
+            stop_pids(strays)
         if self.exists():
             proc = self._kwokctl("delete", "cluster")
             if proc.returncode != 0:
