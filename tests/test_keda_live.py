@@ -113,3 +113,72 @@ def test_flags():
     for bad in (["--systems", "hpa"], ["--compression", "0"], ["--end-min", "1"], ["--polling", "0"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_kubeforge_gets_the_hpas_default_scale_up_only_when_asked_and_its_api_takes_it():
+    from kubeforge.api import InferenceServiceSpec
+    from kubeforge.autoscaling import AutoscalingPolicy
+
+    from e2e.bench.autoscaling.live import SERVICE
+    from e2e.bench.keda_live.run import SCALE_UP, kubeforge_spec
+
+    before = json.dumps(SERVICE, sort_keys=True)
+    spec = kubeforge_spec("pool", "http://127.0.0.1:9", "spec")
+    assert "scaleUp" not in spec["autoscaling"] and spec["pools"] == ["pool"]
+    assert spec["autoscaling"]["prometheusURL"] == "http://127.0.0.1:9"
+    hpa = kubeforge_spec("pool", "http://127.0.0.1:9", "hpa-default")
+    assert hpa["autoscaling"]["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 15}
+    assert json.dumps(SERVICE, sort_keys=True) == before  # the shared live SERVICE is left as it was
+    p = AutoscalingPolicy.from_spec(InferenceServiceSpec.model_validate(hpa))
+    assert (p.scale_up_max_step, p.scale_up_period_seconds, p.scale_up_stabilization_seconds) == (4, 15.0, 0.0)
+    d = AutoscalingPolicy.from_spec(InferenceServiceSpec.model_validate(spec))
+    assert (d.scale_up_max_step, d.scale_up_period_seconds) == (1, 10.0)  # kubeforge's default, as before
+    # the HPA's default, max(100 %, 4 pods) per 15 s, within 1..8 is 4 pods per 15 s from any count
+    for n in range(1, 9):
+        assert min(8, max(2 * n, n + 4)) == min(8, n + SCALE_UP["hpa-default"]["maxStep"])
+    with pytest.raises(KeyError):
+        kubeforge_spec("pool", "u", "percent")
+
+
+def test_the_scale_up_flag():
+    assert parse_args([]).kubeforge_scale_up == "spec"
+    assert parse_args(["--kubeforge-scale-up", "hpa-default"]).kubeforge_scale_up == "hpa-default"
+    with pytest.raises(SystemExit):
+        parse_args(["--kubeforge-scale-up", "fast"])
+
+
+def test_a_rise_is_timed_from_the_first_look_whose_queue_the_replicas_asked_for_cannot_carry():
+    from e2e.bench.keda_live.onsets import onsets
+
+    looks = [Sample(0.0, 1, 1, 1, 4), Sample(0.5, 1, 1, 1, 5), Sample(1.0, 1, 1, 1, 9),  # 5 > 1 x 4 x 1.1
+             Sample(1.5, 1, 1, 2, 12, 9.0), Sample(2.0, 2, 2, 2, 8), Sample(2.5, 2, 2, 2, 9),  # 9 > 8.8
+             Sample(3.0, 2, 2, None, 30), Sample(3.5, 5, 2, 5, 30, 30.0)]
+    rises = onsets(looks, 4.0, 0.1, 6.0)
+    assert [(o.need, o.asked, o.lag, o.before, o.after, o.queue, o.seen) for o in rises] == [
+        (3.0, 9.0, 6.0, 1, 2, 5, 9.0), (9.0, 21.0, 12.0, 2, 5, 12, 30.0)]  # 12 > 2 x 4.4 already at the rise
+    # a blip the replicas could carry again within the patience is forgotten; a dip shorter is not
+    blip = [Sample(0.0, 1, 1, 1, 6)] + [Sample(0.5 * i, 1, 1, 1, 2) for i in range(1, 6)] + [Sample(3.0, 2, 2, 2, 2)]
+    assert onsets(blip, 4.0, 0.1, 6.0) == []
+    dip = [Sample(0.0, 1, 1, 1, 6), Sample(0.5, 1, 1, 1, 2), Sample(1.0, 1, 1, 1, 7), Sample(1.5, 2, 2, 2, 7)]
+    assert [o.lag for o in onsets(dip, 4.0, 0.1, 6.0)] == [9.0]
+    assert onsets([Sample(0.0, 1, 1, 1), Sample(1.0, 2, 2, 2)], 4.0, 0.1, 6.0) == []  # no queue read
+
+
+def test_kubeforges_decision_cadence_from_its_counter():
+    from e2e.bench.keda_live.onsets import poll_cadence
+
+    looks = [Sample(0.5 * i, 1, 1, 1, 0, None, float(d)) for i, d in enumerate([10, 10, 11, 11, 11, 12, 13, 13])]
+    assert poll_cadence(looks) == {"decisions": 3.0, "seconds": 3.5, "mean_interval_s": round(3.5 / 3, 3),
+                                   "longest_gap_s": 1.5}
+    assert poll_cadence([Sample(0.0, 1, 1, 1)]) is None
+    assert poll_cadence([Sample(0.0, 1, 1, 1, 0, None, 5.0), Sample(1.0, 1, 1, 1, 0, None, 5.0)])["mean_interval_s"] is None
+
+
+def test_the_figures_carry_the_rises_and_the_json_keeps_them(tmp_path):
+    looks = [Sample(0.0, 1, 1, 1, 0, 0.0, 0.0), Sample(0.5, 1, 1, 1, 6, 0.0, 1.0), Sample(1.0, 2, 2, 2, 6, 6.0, 2.0)]
+    f = summary.system_figures("kubeforge", 1, [0.1], [0.0], 1, 0, looks, 6.0, 2.0)
+    assert [o["lag"] for o in f.onsets] == [3.0] and f.polls["decisions"] == 2.0
+    assert f.looks[1] == (3.0, 1, 1, 1, 6, 0.0, 1.0)
+    summary.dump(summary.Figures(f, None, None, {}, {}, "now", "m"), tmp_path / "f.json")
+    data = json.loads((tmp_path / "f.json").read_text())
+    assert data["kubeforge"]["onsets"][0]["before"] == 1 and data["kubeforge"]["polls"]["seconds"] == 1.0

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from e2e.bench.keda_live.report import report
-from e2e.bench.keda_live.run import Segment, keda_settings, run_system
+from e2e.bench.keda_live.run import SCALE_UP, Segment, keda_settings, run_system
 from e2e.bench.keda_live.stack import BUILD_HINT, KEDA_VERSION, KedaStack, keda_bin
 from e2e.bench.keda_live.summary import Figures, dump, verdict
 from e2e.bench.lib.args import choice_list
@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--hpa-sync-period", default="1s",
                     help="kube-controller-manager --horizontal-pod-autoscaler-sync-period (default 15s upstream; "
                          "1s here, matching kubeforge's 1 s polling on a 6x-compressed trace)")
+    ap.add_argument("--kubeforge-scale-up", choices=tuple(SCALE_UP), default="spec",
+                    help="kubeforge's autoscaling.scaleUp: 'spec' leaves the live spec's (kubeforge's default, "
+                         "1 per 10 s, lifted in panic mode); 'hpa-default' gives it the HPA's default that the KEDA "
+                         "side runs with (4 pods per 15 s: max(100%%, 4 pods) within 1..8)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order: kubeforge, keda")
     ap.add_argument("--json", type=Path, default=None, help="write the figures there (for bench-autoscaling --keda-live)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
@@ -63,6 +67,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def _scale_up_words(choice: str) -> str:
+    """``--kubeforge-scale-up``'s choice in words."""
+    up = SCALE_UP[choice]
+    if up is None:
+        return "kubeforge's default (1 per 10 s, lifted in panic mode: queue > 8 x replicas x target)"
+    return (f"{up['maxStep']} per {up['periodSeconds']} s, stabilization {up['stabilizationWindowSeconds']} s "
+            f"(--kubeforge-scale-up {choice}: the HPA's default; panic mode as always)")
+
+
 def _settings(a: argparse.Namespace) -> dict:
     """The choices, in words, as printed and written to the JSON."""
     k = keda_settings(a.polling)
@@ -70,7 +83,8 @@ def _settings(a: argparse.Namespace) -> dict:
     return {
         "keda_version": KEDA_VERSION,
         "kubeforge": "InferenceService (e2e.bench.autoscaling.live.SERVICE): VLLMWaiting, targetPerReplica 4, "
-                     "replicas 1..8, pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s",
+                     "replicas 1..8, pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s; scaleUp "
+                     + _scale_up_words(a.kubeforge_scale_up),
         "keda": f"ScaledObject: prometheus trigger sum(vllm:num_requests_waiting{{namespace,service}}), threshold "
                 f"{k['threshold']:g} (AverageValue), minReplicaCount {k['minReplicaCount']}, maxReplicaCount "
                 f"{k['maxReplicaCount']}, pollingInterval {k['pollingInterval']} s, cooldownPeriod 300 s (KEDA's "
@@ -96,7 +110,7 @@ def _run(a: argparse.Namespace, c, results: dict) -> None:
                 stack.install()
                 stack.start()
                 say(f"KEDA v{KEDA_VERSION}: operator and metrics adapter up; external.metrics.k8s.io Available")
-            results[s] = run_system(c, api, s, seg, a.polling, stack)
+            results[s] = run_system(c, api, s, seg, a.polling, stack, a.kubeforge_scale_up)
         except Exception as e:  # noqa: BLE001 - KedaError, ClusterError, an API error: the other system's figures stand
             say(f"{s}: run failed: {type(e).__name__}: {e}")
         finally:

@@ -39,6 +39,16 @@ def report(f: Figures) -> None:
         if s is not None and s.timeline:
             steps = " ".join(f"{tt:g}s:{a}/{r}/{rd}" for tt, a, r, rd in s.timeline[:40])
             print(f"  {name} (t trace s: asked/pods/ready): {steps}{' ...' if len(s.timeline) > 40 else ''}")
+    for name, s in systems.items():
+        if s is None:
+            continue
+        rises = " ".join(f"{o['need']:g}s->{o['asked']:g}s ({o['before']}->{o['after']}, queue {o['queue']}, "
+                         f"read {_f(o['seen'], 'g')})" for o in s.onsets[:8])
+        print(f"  {name} rises (queue beyond what is asked for -> asks more, trace s): {rises or 'none'}")
+        if s.polls:
+            p = s.polls
+            print(f"  {name} decisions: {p['decisions']:g} in {p['seconds']:g} s wall, one every "
+                  f"{_f(p['mean_interval_s'], '.2f')} s, longest gap {p['longest_gap_s']:g} s")
     for k, v in f.settings.items():
         print(f"  {k}: {v}")
     what = "kubeforge >= real KEDA + HPA's attainment at <= its replica-minutes, 0 aborted"

@@ -32,7 +32,7 @@ from e2e.bench.lib.cluster import apply_crds, apply_fleet, make_namespace, start
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import say, wait_until
 
-__all__ = ["NAME", "Segment", "run_system"]
+__all__ = ["NAME", "SCALE_UP", "Segment", "kubeforge_spec", "run_system"]
 
 NAME = "chat"
 """The service's name (the InferenceService, or the Deployment and its ScaledObject)."""
@@ -71,9 +71,55 @@ def _nodes(c, api, ns: str) -> list[dict]:
     return apply_fleet(c, api, f, ready_timeout=120)
 
 
-def _kubeforge(c, api, ns: str, prom_url: str):
-    """Start the operator, create the pool and the InferenceService; returns the reader of
-    ``status.desiredReplicas``."""
+SCALE_UP = {
+    "spec": None,
+    "hpa-default": {"stabilizationWindowSeconds": 0, "maxStep": 4, "periodSeconds": 15},
+}
+"""kubeforge's ``autoscaling.scaleUp`` per ``--kubeforge-scale-up``: ``spec`` leaves the live
+spec's (:data:`e2e.bench.autoscaling.live.SERVICE`: none, so kubeforge's default of 1 per 10 s,
+lifted in panic mode); ``hpa-default`` is the Kubernetes HPA's default scale-up, which the KEDA
+side runs with (no stabilization, at most max(100 %, 4 pods) per 15 s): with replicas 1..8 that
+is exactly 4 pods per 15 s (from n <= 4 replicas both allow n + 4; from n >= 4 both reach 8)."""
+
+
+def kubeforge_spec(pool: str, prom_url: str, scale_up: str = "spec") -> dict:
+    """The InferenceService's spec: the live SERVICE on ``pool``, reading ``prom_url``, with
+    ``autoscaling.scaleUp`` as :data:`SCALE_UP` says for ``scale_up``.
+
+    Raises:
+        KeyError: ``scale_up`` is not one of :data:`SCALE_UP`.
+    """
+    auto = {**SERVICE["autoscaling"], "prometheusURL": prom_url}
+    if SCALE_UP[scale_up] is not None:
+        auto["scaleUp"] = dict(SCALE_UP[scale_up])
+    return {**SERVICE, "pools": [pool], "autoscaling": auto}
+
+
+def _decisions(c):
+    """A reader of the operator's ``kubeforge_autoscaler_decisions_total`` (all directions), or None."""
+    import urllib.request
+
+    from e2e.bench.lib.cluster import operator_metrics_port
+
+    port = operator_metrics_port(c)
+
+    def read() -> float | None:
+        if port is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("kubeforge_autoscaler_decisions_total{"))
+
+    return read
+
+
+def _kubeforge(c, api, ns: str, prom_url: str, scale_up: str = "spec"):
+    """Start the operator, create the pool and the InferenceService; returns the look: ``(asked:
+    status.desiredReplicas, seen: status.lastMetricValue, decisions: the operator's counter)``."""
     from kubernetes import client
 
     apply_crds(c, ROOT / "crds")
@@ -82,20 +128,23 @@ def _kubeforge(c, api, ns: str, prom_url: str):
     objs.create_cluster_custom_object("kubeforge.io", "v1alpha1", "gpupools", {
         "apiVersion": "kubeforge.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": ns},
         "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": ns}}}})
-    spec = {**SERVICE, "pools": [ns], "autoscaling": {**SERVICE["autoscaling"], "prometheusURL": prom_url}}
     objs.create_namespaced_custom_object("kubeforge.io", "v1alpha1", ns, "inferenceservices", {
         "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME, "namespace": ns},
-        "spec": spec})
+        "spec": kubeforge_spec(ns, prom_url, scale_up)})
+    decisions = _decisions(c)
 
-    def asked() -> int | None:
+    def look() -> tuple[int | None, float | None, float | None]:
         try:
             svc = objs.get_namespaced_custom_object("kubeforge.io", "v1alpha1", ns, "inferenceservices", NAME,
                                                     _request_timeout=5)
-            return int((svc.get("status") or {}).get("desiredReplicas") or 0)
+            st = svc.get("status") or {}
+            seen = st.get("lastMetricValue")
+            asked, seen = int(st.get("desiredReplicas") or 0), None if seen is None else float(seen)
         except Exception:  # noqa: BLE001 - a look that failed counts as unknown
-            return None
+            asked, seen = None, None
+        return asked, seen, decisions()
 
-    return asked
+    return look
 
 
 def keda_settings(polling_seconds: int) -> dict:
@@ -107,8 +156,8 @@ def keda_settings(polling_seconds: int) -> dict:
 
 
 def _keda(c, api, ns: str, prom_url: str, polling_seconds: int):
-    """Create the Deployment (1 replica) and its ScaledObject; returns the reader of the
-    Deployment's ``spec.replicas`` (what the HPA sets)."""
+    """Create the Deployment (1 replica) and its ScaledObject; returns the look: ``(asked: the
+    Deployment's spec.replicas, which the HPA sets, seen: the queue the HPA last read, None)``."""
     from kubernetes import client
 
     k = keda_settings(polling_seconds)
@@ -120,16 +169,31 @@ def _keda(c, api, ns: str, prom_url: str, polling_seconds: int):
         scaled_object(ns, NAME, prom_url, k["threshold"], k["minReplicaCount"], k["maxReplicaCount"],
                       k["pollingInterval"], k["scaleDown"]))
 
-    def asked() -> int | None:
+    scaling = client.AutoscalingV2Api(api)
+
+    def look() -> tuple[int | None, float | None, None]:
         try:
-            return int(apps.read_namespaced_deployment(NAME, ns, _request_timeout=5).spec.replicas or 0)
+            asked = int(apps.read_namespaced_deployment(NAME, ns, _request_timeout=5).spec.replicas or 0)
         except Exception:  # noqa: BLE001 - a look that failed counts as unknown
-            return None
+            return None, None, None
+        return asked, _hpa_seen(scaling, ns), None
 
-    return asked
+    return look
 
 
-def _follow(sim, ns: str, asked, seg: Segment) -> list[Sample]:
+def _hpa_seen(scaling, ns: str) -> float | None:
+    """The queue the HPA last read: its External metric's average value times its current replicas."""
+    from kubernetes.utils import parse_quantity
+
+    try:
+        st = scaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{NAME}", ns, _request_timeout=5).status
+        avg = st.current_metrics[0].external.current.average_value
+        return float(parse_quantity(avg)) * (st.current_replicas or 0)
+    except Exception:  # noqa: BLE001 - no HPA yet, no metric yet: unknown
+        return None
+
+
+def _follow(sim, ns: str, look, seg: Segment) -> list[Sample]:
     """Look every half second for the segment and ``seg.tail`` s more."""
     samples, t0 = [], time.monotonic()
     end = t0 + seg.seconds + seg.tail
@@ -139,7 +203,8 @@ def _follow(sim, ns: str, asked, seg: Segment) -> list[Sample]:
         if now >= end:
             break
         snap = sim.snapshot(ns, NAME)
-        samples.append(Sample(now - t0, snap["replicas"], snap["ready"], asked()))
+        asked, seen, decisions = look()
+        samples.append(Sample(now - t0, snap["replicas"], snap["ready"], asked, snap["waiting"], seen, decisions))
         if now >= next_say:
             s = samples[-1]
             say(f"  t={s.t:5.1f}s asked {s.asked}, pods {s.replicas}, ready {s.ready}, waiting {snap['waiting']}")
@@ -148,10 +213,12 @@ def _follow(sim, ns: str, asked, seg: Segment) -> list[Sample]:
     return samples
 
 
-def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stack=None) -> SystemFigures:
+def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stack=None,
+               scale_up: str = "spec") -> SystemFigures:
     """Run the segment under ``system`` (``kubeforge`` or ``keda``; ``stack``: the started
-    :class:`~e2e.bench.keda_live.stack.KedaStack`) and return its figures. Cleans up after
-    itself (namespace, nodes, pool, operator), whatever happens.
+    :class:`~e2e.bench.keda_live.stack.KedaStack`; ``scale_up``: kubeforge's scale-up, a key of
+    :data:`SCALE_UP`) and return its figures. Cleans up after itself (namespace, nodes, pool,
+    operator), whatever happens.
 
     Raises:
         RuntimeError: the service never had its first Ready replica.
@@ -167,19 +234,20 @@ def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stac
     load0 = os.getloadavg()[0]
     try:
         sim.add_service(ns, NAME, compressed(MODEL, seg.compression))
-        asked = (_kubeforge(c, api, ns, prom.url) if system == "kubeforge"
-                 else _keda(c, api, ns, prom.url, polling_seconds))
-        if not wait_until(lambda: asked() == 1 and sim.snapshot(ns, NAME)["ready"] == 1, 120,
+        look = (_kubeforge(c, api, ns, prom.url, scale_up) if system == "kubeforge"
+                else _keda(c, api, ns, prom.url, polling_seconds))
+        if not wait_until(lambda: look()[0] == 1 and sim.snapshot(ns, NAME)["ready"] == 1, 120,
                           f"{system}: 1 replica asked for and Ready", 0.5):
             raise RuntimeError(f"{system}: the service never had its first Ready replica (see the logs)")
         arrivals = trace_arrivals(load_trace(seg.trace), MODEL, seg.compression, start=seg.start_min * 60,
                                   end=seg.end_min * 60, offset=sim.clock() + 1)
         say(f"{system}: replaying {len(arrivals)} requests over {seg.seconds:.0f}s (+{seg.tail:.0f}s)")
         sim.replay(ns, NAME, arrivals)
-        samples = _follow(sim, ns, asked, seg)
+        samples = _follow(sim, ns, look, seg)
         snap = sim.snapshot(ns, NAME)
         return system_figures(system, len(arrivals), snap["ttfts"], snap["waits"], snap["completed"],
-                              snap["aborted"], samples, seg.compression, seg.ttft_slo, (load0, os.getloadavg()[0]))
+                              snap["aborted"], samples, seg.compression, seg.ttft_slo, (load0, os.getloadavg()[0]),
+                              float(SERVICE["autoscaling"]["targetPerReplica"]))
     finally:
         prom.close()
         sim.stop()

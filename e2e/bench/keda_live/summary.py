@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from e2e.bench.keda_live.onsets import onsets, poll_cadence
 from e2e.bench.lib.jsonfile import dump_figures
 from e2e.bench.lib.stats import percentile
 
@@ -29,12 +30,21 @@ class Sample:
         ready: the routable (Ready) replicas.
         asked: the replicas the autoscaler asks for (kubeforge's ``status.desiredReplicas``,
             the Deployment's ``spec.replicas`` that the HPA sets); None when unreadable.
+        waiting: the simulator's queue at the look (what the metric will read at the next
+            scrape), requests; None when not taken.
+        seen: the queue the autoscaler last read (kubeforge's ``status.lastMetricValue``; the
+            HPA's ``currentMetrics`` average value times its current replicas); None when unknown.
+        decisions: kubeforge's operator's autoscaler decisions so far
+            (``kubeforge_autoscaler_decisions_total``, all directions); None for KEDA or unread.
     """
 
     t: float
     replicas: int
     ready: int
     asked: int | None
+    waiting: int | None = None
+    seen: float | None = None
+    decisions: float | None = None
 
 
 def replica_seconds(samples: list[Sample], attr: str = "replicas") -> float:
@@ -79,6 +89,12 @@ class SystemFigures:
         changes, reversals: of the replicas asked for.
         load: the machine's 1-minute load average at the start and at the end of the run.
         timeline: ``(t, asked, replicas, ready)`` at each change, t in trace seconds.
+        onsets: each rise of the queue past what the replicas asked for carry, and how long
+            the system took to ask for more (:func:`e2e.bench.keda_live.onsets.onsets`).
+        polls: kubeforge's decisions' cadence (:func:`e2e.bench.keda_live.onsets.poll_cadence`),
+            None for KEDA.
+        looks: every look, ``(t trace s, asked, pods, ready, queue, seen, decisions)`` (for the
+            JSON: what the rises and the cadence were measured from).
     """
 
     system: str
@@ -97,11 +113,15 @@ class SystemFigures:
     reversals: int
     load: tuple[float, float] = (float("nan"), float("nan"))
     timeline: list[tuple[float, int | None, int, int]] = field(default_factory=list)
+    onsets: list[dict] = field(default_factory=list)
+    polls: dict | None = None
+    looks: list[tuple] = field(default_factory=list)
 
 
 def system_figures(system: str, requests: int, ttfts: list[float], waits: list[float], completed: int, aborted: int,
                    samples: list[Sample], compression: float, ttft_slo: float,
-                   load: tuple[float, float] = (float("nan"), float("nan"))) -> SystemFigures:
+                   load: tuple[float, float] = (float("nan"), float("nan")), target: float = 4.0,
+                   tolerance: float = 0.1) -> SystemFigures:
     """One system's figures.
 
     Args:
@@ -113,6 +133,7 @@ def system_figures(system: str, requests: int, ttfts: list[float], waits: list[f
         compression: trace seconds per wall second (> 0).
         ttft_slo: TTFT target, trace seconds.
         load: machine load at the start and the end.
+        target, tolerance: the queue a replica carries and the band around it (for the onsets).
 
     Raises:
         ValueError: ``compression`` is not positive.
@@ -132,7 +153,9 @@ def system_figures(system: str, requests: int, ttfts: list[float], waits: list[f
         system, requests, completed, aborted, ok / requests if requests else float("nan"), ttft_slo,
         replica_seconds(samples) * compression / 60, replica_seconds(samples, "asked") * compression / 60,
         percentile(tt, 50), percentile(tt, 99), percentile([w * compression for w in waits], 95),
-        max((s.replicas for s in samples), default=0), changes, reversals, load, timeline)
+        max((s.replicas for s in samples), default=0), changes, reversals, load, timeline,
+        [o.as_dict() for o in onsets(samples, target, tolerance, compression)], poll_cadence(samples),
+        [(round(s.t * compression, 1), s.asked, s.replicas, s.ready, s.waiting, s.seen, s.decisions) for s in samples])
 
 
 def verdict(kubeforge: SystemFigures | None, keda: SystemFigures | None) -> bool | None:
