@@ -28,11 +28,12 @@ missed such a CRD, see docs/install.md). If the CRD goes, the next list's 404 fo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import re
 from typing import Any, Awaitable, Callable, Hashable, Iterator, Mapping
+
+import orjson
 
 from kubeforge.runtime.client import ApiError, KubeClient
 
@@ -256,7 +257,7 @@ class Informer:
         return rv
 
     async def _event(self, line: bytes, rv: str) -> str:
-        ev = json.loads(line)
+        ev = orjson.loads(line)
         kind = ev.get("type")
         obj = ev.get("object") or {}
         if kind == "ERROR":
