@@ -151,6 +151,7 @@ class _Connection(asyncio.Protocol):
         self.closing = False
         self.paused = False
         self.last = self.loop.time()
+        self.why = ""
 
     # --- the transport's side ---
 
@@ -172,7 +173,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self.refuse(400, "protocol upgrades are not served here")
         except httptools.HttpParserError as e:
-            self.refuse(400, f"malformed HTTP request: {e}"[:200])
+            self.refuse(400, self.why or f"malformed HTTP request: {e}"[:200])
 
     def idle(self) -> bool:
         """No request in flight or waiting, none half received."""
@@ -212,7 +213,8 @@ class _Connection(asyncio.Protocol):
     def _count(self, n: int) -> None:
         self.head += n
         if self.head > MAX_HEAD_BYTES:
-            raise httptools.HttpParserError("request line and headers over %d bytes" % MAX_HEAD_BYTES)
+            self.why = f"request line and headers over {MAX_HEAD_BYTES} bytes"
+            raise httptools.HttpParserError(self.why)
 
     def on_headers_complete(self) -> None:
         req = self.req
@@ -235,7 +237,8 @@ class _Connection(asyncio.Protocol):
             self.req.too_large = True
             self.chunks = []
             if self.size > DISCARD_BYTES:
-                raise httptools.HttpParserError("request body over %d bytes" % DISCARD_BYTES)
+                self.why = f"report body is over {DISCARD_BYTES} bytes; at most {self.server.max_body} are accepted"
+                raise httptools.HttpParserError(self.why)
         elif not self.req.too_large:
             self.chunks.append(chunk)
 
