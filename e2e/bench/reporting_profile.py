@@ -24,7 +24,8 @@ RULES: list[tuple[str, re.Pattern]] = [
     ("TLS crypto (OpenSSL)", re.compile(r"^(_ssl__|SSL_|ssl3_|tls1?_|EVP_|aes|ossl_|ecp_|CRYPTO_|gcm)")),
     ("TLS records (uvloop sslproto)", re.compile(r"^(SSLProtocol|SSLObject\.)")),
     ("garbage collector", re.compile(r"^(gc_collect|_PyObject_GC|collect)")),
-    ("HTTP parse (aiohttp C parser)", re.compile(r"^(llhttp|HttpParser|HttpRequestParser|_http_parser)")),
+    ("HTTP parse (llhttp) and the endpoint's HTTP layer", re.compile(
+        r"^(llhttp|HttpParser|HttpRequestParser|_http_parser|_Connection\.|HttpServer\.|response_bytes)")),
     ("handler: schema validation (pydantic)", re.compile(r"^(parse_report|_validate|BaseModel\.|_explain)")),
     ("handler: answer JSON + Response", re.compile(r"^(answer|json_response|dumps|JSONEncoder)")),
     ("handler: metrics (prometheus)", re.compile(r"^(MutexValue|Counter\.|_MultiProcessValue|inc)$|^(MutexValue|Counter)\.")),

@@ -12,8 +12,9 @@ What it keeps of a web server's duties: HTTP/1.1 keep-alive (as ``http.client``,
 and aiohttp clients keep their connection) and HTTP/1.0; pipelined requests answered in order;
 ``Expect: 100-continue``; bounds (the request line and headers at most :data:`MAX_HEAD_BYTES`,
 431 beyond; a body over the handler's ``max_body`` is answered 413 without being kept, and the
-connection closed; a malformed request 400 and closed); idle connections closed after
-:data:`IDLE_SECONDS` (aiohttp's keep-alive default); on :meth:`HttpServer.stop`, answers in
+connection closed; a malformed request 400 and closed); a connection that sends nothing for
+:data:`IDLE_SECONDS` (aiohttp's keep-alive default) closed, between requests or in the middle
+of one; on :meth:`HttpServer.stop`, answers in
 flight are given a moment.
 """
 
@@ -124,12 +125,13 @@ class HttpServer:
         self._server = None
 
     async def _sweep(self) -> None:
-        """Close the connections idle for :data:`IDLE_SECONDS` (one pass every few seconds)."""
+        """Close the connections that sent nothing for :data:`IDLE_SECONDS` and wait for no answer
+        of ours: idle between requests, or stalled in the middle of one (one pass every few seconds)."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(IDLE_SECONDS / 8)
             cutoff = loop.time() - IDLE_SECONDS
-            for conn in [c for c in self.connections if c.last < cutoff and c.idle()]:
+            for conn in [c for c in self.connections if c.last < cutoff and c.task is None]:
                 conn.close()
 
 
@@ -174,10 +176,6 @@ class _Connection(asyncio.Protocol):
             self.refuse(400, "protocol upgrades are not served here")
         except httptools.HttpParserError as e:
             self.refuse(400, self.why or f"malformed HTTP request: {e}"[:200])
-
-    def idle(self) -> bool:
-        """No request in flight or waiting, none half received."""
-        return self.task is None and not self.queue and self.head == 0
 
     def close(self) -> None:
         """Close the connection (what was written is sent first)."""
