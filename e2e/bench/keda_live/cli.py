@@ -7,11 +7,13 @@ polling 1 s, scale-down window 10 s) and once under KEDA (built from the Go modu
 ``hack/build-keda.sh``) with kube-controller-manager's HPA scaling a Deployment of the same
 simulated model servers (a ScaledObject with a ``prometheus`` trigger on
 ``vllm:num_requests_waiting``, threshold 4, the same bounds, polling and scale-down; the HPA's
-defaults for scale-up). Both read the same Debian Prometheus, scraping every second.
+defaults for scale-up; ``--kubeforge-scale-up hpa-default`` gives kubeforge the same, 4 pods per
+15 s, instead of its own 1 per 10 s). Both read the same Debian Prometheus, scraping every second.
 
 Printed per system (trace time): TTFT attainment over all requests (aborted and unfinished are
 misses), GPU replica-minutes (the pods that exist), aborted requests, TTFT and queue-wait
-percentiles, the scale timeline, then issue 28's live target: kubeforge >= KEDA + HPA's
+percentiles, the scale timeline, each rise (queue beyond what is asked for -> asks more) and
+kubeforge's decision interval, then issue 28's live target: kubeforge >= KEDA + HPA's
 attainment at <= its replica-minutes, 0 aborted. ``--json FILE`` writes the figures for
 ``python -m e2e.bench.autoscaling --keda-live FILE``. Nothing is asserted.
 """
