@@ -150,7 +150,6 @@ def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter:
     """
     if len(body) > MAX_BODY_BYTES:
         raise ReportError(413, f"report body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
-    base = Report(received=received, reporter=reporter, attempt=attempt)
     if kubeflow_path or b'"trainerStatus"' in body:  # only a key is written so (quotes in strings are escaped)
         ts = _validate(KubeflowReport, body, "invalid Kubeflow Trainer status").trainer_status
         names = [m.name for m in ts.metrics]
@@ -158,7 +157,7 @@ def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter:
             raise ReportError(422, "invalid Kubeflow Trainer status: trainerStatus.metrics: a name appears twice")
         if ts.is_empty():
             raise ReportError(422, "empty report: send progressPercentage, estimatedRemainingSeconds or metrics")
-        return replace(base, source=KUBEFLOW, percent=ts.progress_percentage,
+        return Report(received, reporter, attempt, source=KUBEFLOW, percent=ts.progress_percentage,
                        remaining_seconds=None if ts.estimated_remaining_seconds is None
                        else float(ts.estimated_remaining_seconds),
                        metrics=tuple((m.name, m.value) for m in ts.metrics))
@@ -171,7 +170,7 @@ def parse_report(body: bytes, *, kubeflow_path: bool, received: float, reporter:
     if kr.checkpoint is not None:
         when = kr.checkpoint.time if kr.checkpoint.time is not None else received
         ck = CheckpointReport(kr.checkpoint.step, kr.checkpoint.path, stamp(when))
-    return replace(base, step=kr.step, total_steps=kr.total_steps, checkpoint=ck,
+    return Report(received, reporter, attempt, step=kr.step, total_steps=kr.total_steps, checkpoint=ck,
                    metrics=tuple((k, metric_text(v)) for k, v in kr.metrics.items()))
 
 
@@ -194,11 +193,12 @@ def merge_reports(older: Report | None, newer: Report) -> Report:
         """The newer value when it has one."""
         return b if b is not None else a
 
-    return replace(
-        newer, step=pick(older.step, newer.step), total_steps=pick(older.total_steps, newer.total_steps),
+    return Report(  # every field named (dataclasses.replace was a fifth of the handler's time)
+        received=newer.received, reporter=newer.reporter, attempt=newer.attempt,
+        step=pick(older.step, newer.step), total_steps=pick(older.total_steps, newer.total_steps),
         percent=newer.percent if newer.source == KUBEFLOW else pick(older.percent, newer.percent),
         remaining_seconds=newer.remaining_seconds if newer.source == KUBEFLOW else older.remaining_seconds,
-        checkpoint=_newest(older.checkpoint, newer.checkpoint), metrics=metrics,
+        checkpoint=_newest(older.checkpoint, newer.checkpoint), metrics=metrics, source=newer.source,
     )
 
 
