@@ -9,6 +9,7 @@ import json
 import pytest
 
 from kubeforge.autoscaling.prometheus import (
+    IN_FLIGHT_BY_POD,
     DEFAULT_QUERIES,
     HELD_QUERY,
     SIGNAL_EXPRESSIONS,
@@ -144,3 +145,13 @@ def test_a_by_pod_answer_that_is_no_prometheus_vector_reads_as_no_answer(body):
     from kubeforge.autoscaling._promql import parse_by_pod
     got = parse_by_pod(200, body)
     assert got is None or got == {}
+
+
+def test_the_drain_counts_the_requests_queued_in_a_pod_as_well_as_the_running_ones():
+    """Deleting a pod aborts the requests waiting in its engine as well as the running ones (the
+    model-server simulator counts both as aborted, as vLLM loses both): the drain's per-pod
+    query selects both gauges, in one selector so a pod exporting only one still counts."""
+    q = render_query(IN_FLIGHT_BY_POD, "team-a", "chat")
+    assert q.startswith("sum by (pod) (")
+    assert '__name__=~"vllm:num_requests_running|vllm:num_requests_waiting"' in q
+    assert 'namespace="team-a"' in q and 'service="chat"' in q

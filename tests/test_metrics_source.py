@@ -88,7 +88,7 @@ def test_the_fake_answers_like_a_prometheus_that_scraped_nothing_else():
     assert q.empty and q.value is None and q.error == "empty result"
     sig = asyncio.run(fake.signals(URL, NS, "other"))
     assert sig.queue is None and "queue" in sig.absent and {"waiting", "held"} <= set(sig.absent)
-    assert asyncio.run(fake.running_by_pod(URL, NS, "other")) is None
+    assert asyncio.run(fake.in_flight_by_pod(URL, NS, "other")) is None
 
 
 def test_the_prometheus_source_owns_one_client_opened_and_closed_with_the_runtime():

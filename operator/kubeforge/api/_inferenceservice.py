@@ -177,8 +177,9 @@ class InferenceServiceSpec(KubeModel):
         ge=0,
         le=3600,
         description="drainSeconds: a replica removed by a scale-down or a rollout first leaves the "
-        "Service (no new requests) and is deleted once its running requests reach 0 "
-        "(vllm:num_requests_running) or after this many seconds.",
+        "Service (no new requests) and is deleted once its requests in flight reach 0 "
+        "(vllm:num_requests_running + vllm:num_requests_waiting of its leader pod: deleting the "
+        "pod aborts both) or after this many seconds.",
     )
     activation: Activation = Field(
         default_factory=Activation,

@@ -1,7 +1,7 @@
 """The PromQL the autoscaler sends and the parsing of the answers (pure: strings in, data out).
 
 :func:`signals_query` is the one query behind a decision's :class:`Signals` (sent by
-:func:`kubeforge.runtime.prometheus_http.read_signals`); :data:`RUNNING_BY_POD` the one behind a
+:func:`kubeforge.runtime.prometheus_http.read_signals`); :data:`IN_FLIGHT_BY_POD` the one behind a
 drain (each pod's running requests, :func:`parse_by_pod`).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from ._signals import Signals
 
-__all__ = ["RUNNING_BY_POD", "SIGNAL_LABEL", "SIGNAL_EXPRESSIONS", "failed_signals", "parse_by_pod",
+__all__ = ["IN_FLIGHT_BY_POD", "SIGNAL_LABEL", "SIGNAL_EXPRESSIONS", "failed_signals", "parse_by_pod",
            "parse_signals_response", "signals_query"]
 
 #: The label each signal's series carries in the combined answer.
@@ -144,19 +144,24 @@ def parse_signals_response(status_code: int, body: str, percentile: float = 90.0
                    **values)
 
 
-RUNNING_BY_POD = 'sum by (pod) (vllm:num_requests_running{namespace="{namespace}",service="{service}"})'
-"""Running requests per pod of one service, for draining a replica before it is deleted (read only
-while some replica drains; rendered with :func:`kubeforge.autoscaling.prometheus.render_query`).
+IN_FLIGHT_BY_POD = ('sum by (pod) ({__name__=~"vllm:num_requests_running|vllm:num_requests_waiting",'
+                    'namespace="{namespace}",service="{service}"})')
+"""Requests in flight per pod of one service, for draining a replica before it is deleted (read
+only while some replica drains; rendered with :func:`kubeforge.autoscaling.prometheus.render_query`).
 
-``vllm:num_requests_running`` is vLLM's gauge of requests being generated; ``pod`` is the label
-Prometheus' Kubernetes discovery (PodMonitor and ServiceMonitor alike) attaches. Scrape the model
-servers with a PodMonitor (or pod annotations): a ServiceMonitor scrapes through the Service's
-endpoints, which a draining leader has just left, so its series would stop exactly when it is
-needed; without a value the drain ends at ``drainSeconds``."""
+``vllm:num_requests_running`` is vLLM's gauge of requests being generated and
+``vllm:num_requests_waiting`` of those queued in the same engine for a free batch slot: deleting
+the pod aborts both, so the drain waits for their sum (the running ones alone let a replica go
+with requests still queued in it: the live KEDA bench's aborted requests, e2e/README-keda-live.md).
+One selector for both names, so a pod that exports only one of them still counts. ``pod`` is the
+label Prometheus' Kubernetes discovery (PodMonitor and ServiceMonitor alike) attaches. Scrape the
+model servers with a PodMonitor (or pod annotations): a ServiceMonitor scrapes through the
+Service's endpoints, which a draining leader has just left, so its series would stop exactly
+when it is needed; without a value the drain ends at ``drainSeconds``."""
 
 
 def parse_by_pod(status_code: int, body: str) -> dict[str, float] | None:
-    """``{pod: value}`` from a Prometheus instant-vector answer (:data:`RUNNING_BY_POD`'s).
+    """``{pod: value}`` from a Prometheus instant-vector answer (:data:`IN_FLIGHT_BY_POD`'s).
 
     Returns:
         The values by pod name; None on any error (a status other than 200, a body that is not a

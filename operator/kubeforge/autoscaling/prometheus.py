@@ -71,7 +71,7 @@ from ._history import (
     DEMAND_QUERY, demand_query, history_of, history_ranges, history_step, parse_range_response, range_request,
 )
 from ._promql import (
-    RUNNING_BY_POD, SIGNAL_EXPRESSIONS, failed_signals, parse_by_pod, parse_signals_response, signals_query,
+    IN_FLIGHT_BY_POD, SIGNAL_EXPRESSIONS, failed_signals, parse_by_pod, parse_signals_response, signals_query,
 )
 from ._signals import Signals
 
@@ -88,7 +88,7 @@ __all__ = [
     "HELD_METRIC",
     "HELD_QUERY",
     "PROMETHEUS_ERROR_TYPES",
-    "RUNNING_BY_POD",
+    "IN_FLIGHT_BY_POD",
     "SIGNAL_EXPRESSIONS",
     "QueryResult",
     "failed",

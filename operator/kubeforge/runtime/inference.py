@@ -209,7 +209,7 @@ def _capacity(rt: Runtime, rec: InferenceServiceRecord, shape: GroupShape | None
 
 
 async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: int) -> dict[int, float]:
-    """Running requests per group, from its leader pod's series: read only while a group drains
+    """Requests in flight per group (running and waiting in its engine), from its leader pod's series: read only while a group drains
     or a scale-down has to choose which to drain (the least loaded)."""
     groups = groups_of(rec.status)
     active = sum(1 for g in groups if not g.leaving)
@@ -218,7 +218,7 @@ async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: i
     a = rec.spec.autoscaling  # type: ignore[union-attr]
     if url_refusal(a.prometheus_url, rt.options.prometheus_allow, rt.api_servers):
         return {}
-    by_pod = await rt.metrics.running_by_pod(a.prometheus_url, rec.namespace, rec.name)
+    by_pod = await rt.metrics.in_flight_by_pod(a.prometheus_url, rec.namespace, rec.name)
     if by_pod is None:
         return {}
     leaders = {p.name: p.group for p in pods if p.worker == 0 and p.group is not None}

@@ -72,7 +72,7 @@ class MetricsSource(Protocol):
         ``window_seconds``), with ``Signals.queue`` set to its waiting plus held requests (or
         a ``"queue"`` error): :func:`kubeforge.autoscaling.prometheus.with_queue`."""
 
-    async def running_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
+    async def in_flight_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
         """Running requests of each pod of one service; None when there is no answer."""
 
     async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
@@ -102,9 +102,9 @@ class PrometheusSource(LazyHttpClient):
         return await prometheus_http.read_signals(await self.client(), url, namespace, service, percentile=percentile,
                                                   window_seconds=window_seconds, timeout=self.timeout)
 
-    async def running_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
-        """See :meth:`MetricsSource.running_by_pod`."""
-        return await prometheus_http.running_by_pod(await self.client(), url, namespace, service, self.timeout)
+    async def in_flight_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
+        """See :meth:`MetricsSource.in_flight_by_pod`."""
+        return await prometheus_http.in_flight_by_pod(await self.client(), url, namespace, service, self.timeout)
 
     async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
         """See :meth:`MetricsSource.history` (``GET /api/v1/query_range``)."""
@@ -131,7 +131,7 @@ class FakeMetrics:
         signals_of: Answers to :meth:`signals` by ``(namespace, service)``, through
             :func:`~kubeforge.autoscaling.prometheus.with_queue` when their ``queue`` is unset;
             any other service has no series.
-        running: Answers to :meth:`running_by_pod` by ``(namespace, service)``; any other is
+        running: Answers to :meth:`in_flight_by_pod` (running and waiting requests) by ``(namespace, service)``; any other is
             ``None`` (no answer).
         series: Answers to :meth:`history` by PromQL: ``(t, value)`` points, of which those in
             ``[start, end]`` are returned; any other query has no series.
@@ -173,9 +173,9 @@ class FakeMetrics:
             sig = parse_signals_response(200, _NO_SERIES, percentile, window_seconds)
         return sig if sig.queue is not None else with_queue(sig, None)
 
-    async def running_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
-        """See :meth:`MetricsSource.running_by_pod`."""
-        self.calls.append(("running_by_pod", url, f"{namespace}/{service}"))
+    async def in_flight_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
+        """See :meth:`MetricsSource.in_flight_by_pod`."""
+        self.calls.append(("in_flight_by_pod", url, f"{namespace}/{service}"))
         return self.running.get((namespace, service))
 
     async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:

@@ -17,11 +17,11 @@ import httpx
 
 from kubeforge.autoscaling import Signals
 from kubeforge.autoscaling.prometheus import (
-    RUNNING_BY_POD, QueryResult, failed, failed_signals, parse_by_pod, parse_query_response, parse_signals_response,
+    IN_FLIGHT_BY_POD, QueryResult, failed, failed_signals, parse_by_pod, parse_query_response, parse_signals_response,
     query_request, render_query, resolve_query, signals_query, with_queue,
 )
 
-__all__ = ["query_scalar", "query_scalar_sync", "read_signals", "running_by_pod", "transport_error"]
+__all__ = ["in_flight_by_pod", "query_scalar", "query_scalar_sync", "read_signals", "transport_error"]
 
 
 def transport_error(exc: Exception, timeout: float) -> QueryResult:
@@ -126,12 +126,12 @@ async def read_signals(
     return with_queue(sig, q)
 
 
-async def running_by_pod(client: httpx.AsyncClient, base_url: str, namespace: str, service: str,
-                         timeout: float = 2.0) -> dict[str, float] | None:
-    """Running requests of each pod of one service
-    (:data:`~kubeforge.autoscaling.prometheus.RUNNING_BY_POD`), or None when Prometheus does not
+async def in_flight_by_pod(client: httpx.AsyncClient, base_url: str, namespace: str, service: str,
+                           timeout: float = 2.0) -> dict[str, float] | None:
+    """Requests in flight (running and waiting in its engine) of each pod of one service
+    (:data:`~kubeforge.autoscaling.prometheus.IN_FLIGHT_BY_POD`), or None when Prometheus does not
     answer. Never raises (except on cancellation)."""
-    url, params = query_request(base_url, render_query(RUNNING_BY_POD, namespace, service), timeout)
+    url, params = query_request(base_url, render_query(IN_FLIGHT_BY_POD, namespace, service), timeout)
     try:
         resp = await client.get(url, params=params, timeout=timeout)
     except (httpx.HTTPError, OSError, ValueError):

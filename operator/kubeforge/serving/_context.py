@@ -14,7 +14,7 @@ from kubeforge.serving._status import ScalingOutcome
 __all__ = ["DRAIN_POLL_SECONDS", "ServingContext", "ServingPlan"]
 
 DRAIN_POLL_SECONDS = 5.0
-"""A draining group is looked at again at least this often (its running requests may be 0)."""
+"""A draining group is looked at again at least this often (its requests in flight may be 0)."""
 
 
 @dataclass(frozen=True)

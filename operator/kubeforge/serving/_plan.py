@@ -10,7 +10,7 @@ Per group, in order (the first rule that acts decides):
 
 1. **Failed** groups hold nothing and stay failed until the spec changes (LeaderWorkerSet's
    bounded recovery keeps a failed group for debugging; here its GPUs are released).
-2. **Draining**: out of the Service; deleted once its running requests reach 0 or after
+2. **Draining**: out of the Service; deleted once its requests in flight (running and queued in its engine) reach 0 or after
    ``drainSeconds`` (then removed on a scale-down, recreated from the new template on a
    rollout).
 3. **Lost** (``RecreateGroupOnPodRestart``): a pod failed, exited, was evicted, deleted or

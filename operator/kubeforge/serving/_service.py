@@ -80,8 +80,8 @@ class ServiceRules(GroupRules):
                            f"drained instead of recreated (scale-down to {ctx.desired})")
                 groups[g.index] = replace(g, drain_for=SCALE_DOWN)
             elif g.phase == READY:
-                self.event(NORMAL, DRAINING, f"group {g.index} leaves the Service and is deleted once its running "
-                           f"requests are done (at most {self.spec.drain_seconds}s): scale-down to {ctx.desired}")
+                self.event(NORMAL, DRAINING, f"group {g.index} leaves the Service and is deleted once its requests "
+                           f"in flight are done (at most {self.spec.drain_seconds}s): scale-down to {ctx.desired}")
                 groups[g.index] = replace(g, draining_since=ctx.now, drain_for=SCALE_DOWN)
                 self.plan.requeue(DRAIN_POLL_SECONDS)
             else:
