@@ -79,8 +79,14 @@ class Authenticator:
         token = bearer(header)
         key = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
-        verdict = self._cached(key, namespace, now)  # first: a known token costs a hash, not a JWT decode
-        if verdict is not None:
+        hit = self._cache.get(key)  # first: a known token costs a hash, not a JWT decode
+        if hit is not None and hit[0] > now:
+            self._cache.move_to_end(key)
+            verdict = hit[1]
+            if isinstance(verdict, AuthError):
+                raise verdict
+            if verdict.namespace != namespace:
+                raise AuthError(403, f"the token belongs to namespace {verdict.namespace!r}, not {namespace!r}")
             return verdict
         claims = precheck(token, namespace, self.audience, self.wall())
         pending = self._inflight.get(key)
@@ -106,27 +112,6 @@ class Authenticator:
                 fut.cancel()
             elif not fut.cancelled():
                 fut.exception()  # retrieved: no "exception was never retrieved" when nobody else waited
-
-    def cached(self, header: str | None, namespace: str) -> Identity | None:
-        """:meth:`identify` without waiting: the cached verdict, or None when the token must be
-        reviewed (then call :meth:`identify`).
-
-        Raises:
-            AuthError: 401 no bearer token; a cached refusal; 403 a token of another namespace.
-        """
-        return self._cached(hashlib.sha256(bearer(header).encode()).hexdigest(), namespace, self.clock())
-
-    def _cached(self, key: str, namespace: str, now: float) -> Identity | None:
-        hit = self._cache.get(key)
-        if hit is None or hit[0] <= now:
-            return None
-        self._cache.move_to_end(key)
-        verdict = hit[1]
-        if isinstance(verdict, AuthError):
-            raise verdict
-        if verdict.namespace != namespace:
-            raise AuthError(403, f"the token belongs to namespace {verdict.namespace!r}, not {namespace!r}")
-        return verdict
 
     async def _review(self, key: str, token: str, namespace: str, exp: float) -> Identity:
         """Send the TokenReview and cache an accepted verdict (a refusal is cached by the caller)."""

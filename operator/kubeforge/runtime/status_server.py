@@ -22,21 +22,19 @@ placement or the spec. Answers are Kubernetes ``Status`` objects, as Kubeflow's 
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
-from typing import Any, Awaitable
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
 
 from kubeforge import metrics
 from kubeforge.api import STATUS_TOKEN_AUDIENCE
 from kubeforge.progress import (
-    KUBEFLOW_PATH, KUBEFORGE_PATH, MAX_BODY_BYTES, AuthError, Buckets, Identity, ReportError, last_report_time,
-    parse_report,
+    KUBEFLOW_PATH, KUBEFORGE_PATH, MAX_BODY_BYTES, AuthError, Buckets, ReportError, last_report_time, parse_report,
 )
 from kubeforge.runtime.status_auth import Authenticator, Busy, reporting_pod, retry_after
-from kubeforge.runtime.status_http import Answer, HttpRequest, HttpServer
 from kubeforge.runtime.status_tls import serving_cert, ssl_context
 
 log = logging.getLogger("kubeforge.status")
@@ -49,29 +47,23 @@ FOLLOWER_RETRY_SECONDS = 1
 """Retry-After of a follower's 503: the next connection through the Service may reach the leader."""
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 413: "RequestEntityTooLarge",
            422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}
-ROUTE = re.compile(rb"/apis/(?:kubeforge\.io/v1alpha1/namespaces/([^/?#]+)/trainingjobs"
-                   rb"|trainer\.kubeflow\.org/v1alpha1/namespaces/([^/?#]+)/trainjobs)/([^/?#]+)/status(?:\?.*)?")
-"""The two report paths (:data:`KUBEFORGE_PATH`, :data:`KUBEFLOW_PATH`), a query string ignored."""
 
 
 _COUNTERS: dict[int, Any] = {}
 """The report counter's child per code (a label lookup per request is measurable at 100/s)."""
-_SUCCESS = b'{"kind": "Status", "apiVersion": "v1", "status": "Success", "message": '
 
 
-def answer(code: int, message: str, retry: str | None = None) -> Answer:
-    """A Kubernetes ``Status`` answer (``Failure`` with its reason, or ``Success``), counted."""
-    counter = _COUNTERS.get(code)
-    if counter is None:
-        counter = _COUNTERS[code] = metrics.STATUS_REPORTS.labels(code=str(code))
-    counter.inc()
-    if code == 200:  # the same bytes as json.dumps of the dict below, without building it
-        return code, b'%s%s, "code": 200}' % (_SUCCESS, json.dumps(message).encode()), retry
+def answer(code: int, message: str, retry: str | None = None) -> web.Response:
+    """A Kubernetes ``Status`` answer (``Failure`` with its reason, or ``Success``)."""
     body = {"kind": "Status", "apiVersion": "v1", "status": "Success" if code < 400 else "Failure",
             "message": message, "code": code}
     if code >= 400:
         body["reason"] = REASONS.get(code, "InternalError")
-    return code, json.dumps(body).encode(), retry
+    counter = _COUNTERS.get(code)
+    if counter is None:
+        counter = _COUNTERS[code] = metrics.STATUS_REPORTS.labels(code=str(code))
+    counter.inc()
+    return web.json_response(body, status=code, headers={"Retry-After": retry} if retry else None)
 
 
 def server_hosts(url: str) -> list[str]:
@@ -96,10 +88,18 @@ class StatusServer:
         self.port = int(port)
         self.auth = Authenticator(rt.client, STATUS_TOKEN_AUDIENCE)
         self.buckets = Buckets(REPORTS_PER_SECOND, REPORT_BURST)
-        self._http: HttpServer | None = None
+        self._runner: web.AppRunner | None = None
         self._bugs: set[str] = set()
         self._slots: dict[tuple[str, str], float] = {}
         self._next_slot = 0.0
+
+    def app(self) -> web.Application:
+        """The aiohttp application (routes and the body bound)."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post(KUBEFORGE_PATH, self._kubeforge)
+        app.router.add_post(KUBEFLOW_PATH, self._kubeflow)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        return app
 
     async def start(self) -> None:
         """Get the certificate (:func:`kubeforge.runtime.status_tls.serving_cert`), publish its CA
@@ -110,79 +110,56 @@ class StatusServer:
         """
         opts = self.rt.options
         cert = await serving_cert(self.rt.client, opts.status_tls_secret, server_hosts(opts.status_url), time.time())
-        server = HttpServer(self.dispatch, MAX_BODY_BYTES, answer)
-        self.port = await server.start(self.host, self.port, ssl_context(cert), backlog=1024)
-        self._http = server
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=ssl_context(cert), backlog=1024)
+        await site.start()
+        self._runner = runner
+        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
         self.rt.status_ca = cert.ca
         log.info("status endpoint on https://%s:%d (workers report to %s)", self.host, self.port,
                  opts.status_url or "nowhere: --status-url not set")
 
     async def stop(self) -> None:
         """Stop listening (requests in flight are given a moment)."""
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
-    def dispatch(self, req: HttpRequest) -> Answer | Awaitable[Answer]:
-        """One request: the answer, or (a token not verified yet) an awaitable of it. A bug of
-        ours is answered as a ``Status`` 500 (logged once per kind)."""
+    async def _kubeforge(self, request: web.Request) -> web.Response:
+        return await self._guarded(request, kubeflow=False)
+
+    async def _kubeflow(self, request: web.Request) -> web.Response:
+        return await self._guarded(request, kubeflow=True)
+
+    async def _guarded(self, request: web.Request, kubeflow: bool) -> web.Response:
+        """:meth:`handle`, with a bug of ours answered as a ``Status`` 500 (logged once per kind)."""
         try:
-            m = ROUTE.fullmatch(req.url)
-            if m is None or req.method != b"POST":
-                path = unquote(req.url.split(b"?", 1)[0].decode("latin-1"))
-                return answer(404, f"no such endpoint: {req.method.decode('latin-1')} {path[:200]} (POST "
-                              f"{KUBEFORGE_PATH} or {KUBEFLOW_PATH})")
-            kubeflow = m.group(1) is None
-            ns = unquote((m.group(2) if kubeflow else m.group(1)).decode("latin-1"))
-            return self.handle(req, ns, unquote(m.group(3).decode("latin-1")), kubeflow)
+            return await self.handle(request, kubeflow)
         except Exception as e:  # noqa: BLE001
-            return self._bug(e)
+            if type(e).__name__ not in self._bugs:
+                self._bugs.add(type(e).__name__)
+                log.exception("status endpoint: unexpected error")
+            return answer(500, f"internal error: {type(e).__name__}")
 
-    def _bug(self, e: Exception) -> Answer:
-        if type(e).__name__ not in self._bugs:
-            self._bugs.add(type(e).__name__)
-            log.error("status endpoint: unexpected error", exc_info=e)
-        return answer(500, f"internal error: {type(e).__name__}")
+    async def _unknown(self, request: web.Request) -> web.Response:
+        return answer(404, f"no such endpoint: {request.method} {request.path[:200]} (POST "
+                      f"{KUBEFORGE_PATH} or {KUBEFLOW_PATH})")
 
-    def handle(self, req: HttpRequest, ns: str, name: str, kubeflow: bool) -> Answer | Awaitable[Answer]:
-        """One report (see the module docstring for the order of the checks); an awaitable only
-        when the token's verdict is not cached yet (a TokenReview)."""
-        if not self.rt.leading.is_set():
+    async def handle(self, request: web.Request, kubeflow: bool) -> web.Response:
+        """One report (see the module docstring for the order of the checks)."""
+        ns, name = request.match_info["namespace"], request.match_info["name"]
+        rt = self.rt
+        if not rt.leading.is_set():
             return answer(503, "this operator replica is not the leader; retry (the leader writes status)",
                           str(FOLLOWER_RETRY_SECONDS))
-        if req.too_large:
-            size = f"{req.content_length} bytes" if req.content_length is not None else f"over {MAX_BODY_BYTES} bytes"
-            return answer(413, f"report body is {size}; at most {MAX_BODY_BYTES} are accepted")
-        header = req.headers.get(b"authorization")
-        header = header.decode("latin-1") if header is not None else None
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return answer(413, f"report body is {request.content_length} bytes; at most {MAX_BODY_BYTES} are accepted")
         try:
-            who = self.auth.cached(header, ns)
-        except AuthError as e:
-            return answer(e.code, e.message)
-        if who is None:
-            return self._verify(req, header, ns, name, kubeflow)
-        return self._accept(req, who, ns, name, kubeflow)
-
-    async def _verify(self, req: HttpRequest, header: str | None, ns: str, name: str, kubeflow: bool) -> Answer:
-        """:meth:`_accept` after the token's TokenReview (bounded and cached)."""
-        try:
-            who = await self.auth.identify(header, ns)
-        except AuthError as e:
-            return answer(e.code, e.message, str(FOLLOWER_RETRY_SECONDS) if e.code == 503 else None)
-        except Busy as e:
-            return answer(429, e.message, retry_after(e.retry_after))
-        except Exception as e:  # noqa: BLE001
-            return self._bug(e)
-        try:
-            return self._accept(req, who, ns, name, kubeflow)
-        except Exception as e:  # noqa: BLE001
-            return self._bug(e)
-
-    def _accept(self, req: HttpRequest, who: Identity, ns: str, name: str, kubeflow: bool) -> Answer:
-        """The job, the sender's pod, the job's rate limit and the payload; the report kept."""
-        rt = self.rt
-        key = (ns, name)
-        try:
+            who = await self.auth.identify(request.headers.get("Authorization"), ns)
+            key = (ns, name)
             rec = rt.cache.job(key)
             if rec is None or rec.deleting:
                 return answer(404, f"TrainingJob {ns}/{name} not found")
@@ -192,11 +169,16 @@ class StatusServer:
             if wait > 0:
                 return answer(429, f"TrainingJob {ns}/{name} reports more than {REPORTS_PER_SECOND:g} a second "
                               f"(burst {REPORT_BURST:g}); report less often", retry_after(wait))
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return answer(413, f"report body is over {MAX_BODY_BYTES} bytes")
             now = time.time()
-            report = parse_report(req.body, kubeflow_path=kubeflow, received=now, reporter=pod.name,
-                                  attempt=pod.attempt)
+            report = parse_report(body, kubeflow_path=kubeflow, received=now, reporter=pod.name, attempt=pod.attempt)
         except AuthError as e:
-            return answer(e.code, e.message)
+            return answer(e.code, e.message, str(FOLLOWER_RETRY_SECONDS) if e.code == 503 else None)
+        except Busy as e:
+            return answer(429, e.message, retry_after(e.retry_after))
         except ReportError as e:
             return answer(e.code, e.message)
         rt.reports.put(key, report)
