@@ -217,6 +217,23 @@ def test_a_draining_group_with_requests_in_flight_waits_up_to_drain_seconds():
     assert 1 not in groups(cut) and len(cut.delete) == 2
 
 
+def test_an_idle_draining_group_stays_drain_min_seconds_for_routing_to_see_it_leave():
+    """Nothing in flight is not enough at once: kube-proxy, a gateway or the simulator's router
+    still sends it requests for a moment after it left the EndpointSlice, and deleting it then
+    aborts them (the live KEDA bench's aborted requests). It goes at drainMinSeconds (2 s by
+    default), never later than drainSeconds."""
+    draining = grp(1, nodes=("n2", "n3"), drainingSince=rfc3339(NOW), drainFor="ScaleDown")
+    pods = group_pods(0) + [pod(1, 0, node="n2"), pod(1, 1, node="n3")]
+    soon = plan(svc(grp(0), draining), pods, desired=1, load={1: 0.0}, now=NOW + 0.5)
+    assert 1 in groups(soon) and soon.delete == [] and soon.requeue_after == pytest.approx(1.5)
+    then = plan(svc(grp(0), draining), pods, desired=1, load={1: 0.0}, now=NOW + 2)
+    assert 1 not in groups(then) and len(then.delete) == 2
+    at_once = plan(svc(grp(0), draining, drainSeconds=0), pods, desired=1, load={1: 0.0}, now=NOW + 0.5)
+    assert 1 not in groups(at_once) and len(at_once.delete) == 2  # drainSeconds bounds the floor
+    longer = plan(svc(grp(0), draining, drainMinSeconds=10), pods, desired=1, load={1: 0.0}, now=NOW + 5)
+    assert 1 in groups(longer) and longer.requeue_after == pytest.approx(5.0)
+
+
 def test_scale_down_removes_failed_then_unplaced_then_starting_groups_before_draining_ready_ones():
     rec = svc(grp(0), dict(grp(1, phase="Failed", nodes=())), dict(grp(2, phase="Starting", nodes=())),
               grp(3, phase="Starting", nodes=("n2", "n3")))

@@ -181,6 +181,17 @@ class InferenceServiceSpec(KubeModel):
         "(vllm:num_requests_running + vllm:num_requests_waiting of its leader pod: deleting the "
         "pod aborts both) or after this many seconds.",
     )
+    drain_min_seconds: int = Field(
+        default=2,
+        ge=0,
+        le=600,
+        description="drainMinSeconds: the least time a draining replica stays out of the Service "
+        "before it is deleted, even with nothing in flight (at most drainSeconds): whatever routes "
+        "requests (kube-proxy, a gateway, the activator) sees it leave the EndpointSlice a moment "
+        "later and may still send it requests meanwhile, which deleting the pod would abort. The "
+        "same wait as a preStop sleep or Knative queue-proxy's drain; 2 s covers an EndpointSlice "
+        "update reaching kube-proxy (its iptables minSyncPeriod is 1 s) plus a metrics scrape.",
+    )
     activation: Activation = Field(
         default_factory=Activation,
         description="activation says how requests that arrive while no replica is ready are held "

@@ -207,9 +207,10 @@ class GroupRules:
         ctx = self.ctx
         assert g.draining_since is not None
         left = g.draining_since + self.spec.drain_seconds - ctx.now
+        early = g.draining_since + self.spec.drain_min_seconds - ctx.now  # > 0: routing may not know yet
         serving = any(p.worker == 0 and p.phase == "Running" and not p.deleting for p in cur)
-        if ctx.load.get(g.index) != 0 and left > 0 and serving:
-            self.plan.requeue(min(left, DRAIN_POLL_SECONDS))
+        if (early > 0 or ctx.load.get(g.index) != 0) and left > 0 and serving:
+            self.plan.requeue(min(left, early if early > 0 else DRAIN_POLL_SECONDS, DRAIN_POLL_SECONDS))
             return g
         self.delete_live(g)
         if g.drain_for != ROLLOUT:
