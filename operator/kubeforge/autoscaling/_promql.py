@@ -2,7 +2,7 @@
 
 :func:`signals_query` is the one query behind a decision's :class:`Signals` (sent by
 :func:`kubeforge.runtime.prometheus_http.read_signals`); :data:`IN_FLIGHT_BY_POD` the one behind a
-drain (each pod's running requests, :func:`parse_by_pod`).
+drain (each pod's requests in flight, :func:`parse_by_pod`).
 """
 
 from __future__ import annotations

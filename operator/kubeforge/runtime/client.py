@@ -197,6 +197,8 @@ class KubeClient:
         except TypeError:
             data = json.dumps(api.sanitize_for_serialization(body)).encode()
         headers = {**api.default_headers, "Content-Type": content_type, "Accept": accept}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         rest = api.rest_client
         url = api.configuration.host + path

@@ -209,8 +209,9 @@ def _capacity(rt: Runtime, rec: InferenceServiceRecord, shape: GroupShape | None
 
 
 async def _load(rt: Runtime, rec: InferenceServiceRecord, pods: list, desired: int) -> dict[int, float]:
-    """Requests in flight per group (running and waiting in its engine), from its leader pod's series: read only while a group drains
-    or a scale-down has to choose which to drain (the least loaded)."""
+    """Requests in flight per group (running and waiting in its engine), from its leader pod's
+    series: read only while a group drains or a scale-down has to choose which to drain (the
+    least loaded)."""
     groups = groups_of(rec.status)
     active = sum(1 for g in groups if not g.leaving)
     if not any(g.draining_since is not None for g in groups) and desired >= active:

@@ -73,7 +73,8 @@ class MetricsSource(Protocol):
         a ``"queue"`` error): :func:`kubeforge.autoscaling.prometheus.with_queue`."""
 
     async def in_flight_by_pod(self, url: str, namespace: str, service: str) -> dict[str, float] | None:
-        """Running requests of each pod of one service; None when there is no answer."""
+        """Requests in flight (running and waiting in its engine) of each pod of one service;
+        None when there is no answer."""
 
     async def history(self, url: str, promql: str, start: float, end: float, step: float) -> Series | None:
         """One range query's single series, ``((t, value), ...)`` (``()``: no series); None
@@ -131,8 +132,8 @@ class FakeMetrics:
         signals_of: Answers to :meth:`signals` by ``(namespace, service)``, through
             :func:`~kubeforge.autoscaling.prometheus.with_queue` when their ``queue`` is unset;
             any other service has no series.
-        running: Answers to :meth:`in_flight_by_pod` (running and waiting requests) by ``(namespace, service)``; any other is
-            ``None`` (no answer).
+        running: Answers to :meth:`in_flight_by_pod` (running and waiting requests) by
+            ``(namespace, service)``; any other is ``None`` (no answer).
         series: Answers to :meth:`history` by PromQL: ``(t, value)`` points, of which those in
             ``[start, end]`` are returned; any other query has no series.
         calls: ``(method, url, what)`` of every read, in order (``what``: the PromQL, or
