@@ -100,6 +100,7 @@ def _decisions(c):
     import urllib.request
 
     from e2e.bench.lib.cluster import operator_metrics_port
+    from e2e.bench.lib.metrics import parse_counter
 
     port = operator_metrics_port(c)
 
@@ -111,8 +112,7 @@ def _decisions(c):
                 text = r.read().decode()
         except OSError:
             return None
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("kubeforge_autoscaler_decisions_total{"))
+        return sum(parse_counter(text, "kubeforge_autoscaler_decisions_total").values())
 
     return read
 
