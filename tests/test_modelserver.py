@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from kubeforge.sim.modelserver import (
-    AZURE_CODE_TRACE, ITL_BUCKETS, TTFT_BUCKETS, ModelServerSim, Request, Service, ServiceModel, compressed,
+    AZURE_CODE_TRACE, ITL_BUCKETS, TTFT_BUCKETS, ModelServerSim, Request, Service, ServiceModel, Stats, compressed,
     itl_seconds, load_trace, make_request, percentile, prefill_seconds, rate_arrivals, routing_view,
     service_for_host, service_seconds, trace_arrivals,
 )
@@ -131,6 +131,24 @@ def test_stats_observe_vllm_buckets():
     assert sum(st.itl) == 10 and st.itl[ITL_BUCKETS.index(0.1)] == 10  # one per decode token
     assert st.success == 1 and st.inference_sum == pytest.approx(1.3)
     assert s.replicas["a"].stats == st  # the replica counted the same
+
+
+def test_compressed_replica_compresses_its_histogram_buckets_alike():
+    # 6x compressed: a prefill of 0.2 s of trace time takes 0.0333 s; with vLLM's own bounds it
+    # would land in le=0.3 (histogram_quantile's p99 0.297 s = 1.8 trace s); with the bounds
+    # compressed alike it lands in le=0.05 (0.3 trace s), where the uncompressed one's 0.2 s lands
+    m = compressed(ServiceModel(base_seconds=0.2, prefill_tokens_per_second=1000), 6)
+    assert m.time_scale == pytest.approx(1 / 6)
+    s = Service(m)
+    s.set_replicas(["chat-0"], ["chat-0"], 0)
+    s.advance(1, [make_request(m, 0.0, 0, 1, 1)])
+    st = s.replicas["chat-0"].stats
+    assert st.bounds("prefill")[:2] == (0.05, 0.0833333333333)
+    assert st.prefill[0] == 1 and st.ttft[st.bounds("ttft").index(0.0416666666667)] == 1  # le=0.25/6
+    text = render_services([("ns1", "chat", s)])
+    assert 'vllm:request_prefill_time_seconds_bucket{namespace="ns1",service="chat",pod="chat-0",le="0.05"} 1' in text
+    assert 'vllm:time_to_first_token_seconds_bucket{namespace="ns1",service="chat",pod="chat-0",le="0.416666666667"} 1' in text
+    assert s.stats.scale == st.scale and ServiceModel().time_scale == 1.0 and Stats().bounds("ttft") == TTFT_BUCKETS
 
 
 def test_exposition_labels_per_pod_and_counts_each_waiting_request_once():

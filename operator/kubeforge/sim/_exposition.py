@@ -58,7 +58,8 @@ def render_services(services: Iterable[tuple[str, str, Service]]) -> str:
     ``num_requests_waiting``, ``num_requests_running``, ``kv_cache_usage_perc``, the counter
     ``request_success_total`` and the histograms ``time_to_first_token_seconds``,
     ``inter_token_latency_seconds``, ``request_prefill_time_seconds`` and
-    ``request_inference_time_seconds`` with vLLM's bucket boundaries. A replica's series go
+    ``request_inference_time_seconds`` with vLLM's bucket boundaries (times the model's
+    ``time_scale``: a time-compressed replica's are compressed alike). A replica's series go
     with it, as a vLLM pod's do.
 
     Per service (labels ``namespace``, ``service``, no ``pod``): ``vllm:num_requests_waiting``
@@ -84,12 +85,12 @@ def render_services(services: Iterable[tuple[str, str, Service]]) -> str:
         for pod, rep in sorted(svc.replicas.items()):
             lines.append(f"vllm:request_success_total{_labels({'namespace': ns, 'service': name, 'pod': pod})} "
                          f"{rep.stats.success}")
-    for metric, help_text, bounds, attr in _HISTOGRAMS:
+    for metric, help_text, _, attr in _HISTOGRAMS:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} histogram"]
         for ns, name, svc in rows:
             for pod, rep in sorted(svc.replicas.items()):
                 st: Stats = rep.stats
-                _histogram(lines, metric, {"namespace": ns, "service": name, "pod": pod}, bounds,
+                _histogram(lines, metric, {"namespace": ns, "service": name, "pod": pod}, st.bounds(attr),
                            getattr(st, attr), getattr(st, f"{attr}_sum"))
     lines += [f"# HELP {ABORTED_METRIC} Requests aborted because their replica disappeared while holding them.",
               f"# TYPE {ABORTED_METRIC} counter"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ITL_BUCKETS", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS", "Done", "Request", "ServiceModel", "Stats", "itl_seconds",
-    "make_request", "prefill_seconds", "service_seconds",
+    "make_request", "prefill_seconds", "scaled_bounds", "service_seconds",
 ]
 
 #: vLLM's ``vllm:time_to_first_token_seconds`` bucket upper bounds (vllm/v1/metrics/loggers.py).
@@ -60,6 +60,13 @@ class ServiceModel:
             seconds_per_output_token * (1 + itl_growth * (b - 1))``), >= 0; 0 keeps ITL flat.
         kv_cache_tokens: KV-cache capacity in tokens; 0 for unlimited (then
             ``kv_cache_usage_perc`` reports running / slots).
+        time_scale: Wall seconds per modelled second, > 0: 1 for a replica at its own speed,
+            ``1 / factor`` for one time-compressed by ``factor`` (:func:`compressed`). The latency
+            histograms' bucket bounds are vLLM's times this (:func:`scaled_bounds`), so that a
+            compressed replica's latencies fall in the buckets the uncompressed one's would: with
+            vLLM's own bounds a 6x-compressed prefill of 0.2 s of trace time (0.03 s) lands in the
+            first ``request_prefill_time`` bucket, ``le=0.3``, and ``histogram_quantile`` reads its
+            p99 as 0.297 s, 1.8 s of trace time (the live KEDA bench's SLO mode).
     """
 
     slots: int = 4
@@ -68,6 +75,15 @@ class ServiceModel:
     seconds_per_output_token: float = 0.05
     itl_growth: float = 0.0
     kv_cache_tokens: int = 0
+    time_scale: float = 1.0
+
+
+def scaled_bounds(bounds: tuple[float, ...], scale: float) -> tuple[float, ...]:
+    """Histogram bucket upper bounds ``bounds`` times ``scale`` (> 0), to 12 significant digits
+    (so that 0.3 / 6 is exported as 0.05); ``bounds`` itself when ``scale`` is 1."""
+    if scale == 1.0:
+        return bounds
+    return tuple(float(f"{b * scale:.12g}") for b in bounds)
 
 
 def itl_seconds(model: ServiceModel, running: int) -> float:
@@ -153,7 +169,9 @@ class Stats:
     """Cumulative counters of one replica or service, as vLLM's counters and histograms hold them.
 
     Histograms keep per-bucket (not cumulative) counts plus sum and count; ``itl`` counts one
-    observation per decode token (vLLM observes every inter-token interval).
+    observation per decode token (vLLM observes every inter-token interval). ``scale`` is the
+    replica model's :attr:`ServiceModel.time_scale`: each histogram's bounds are vLLM's times it
+    (:meth:`bounds`); values and sums are in the simulator's seconds as always.
     """
 
     ttft: list = field(default_factory=lambda: _bucket_counts(len(TTFT_BUCKETS)))
@@ -166,18 +184,25 @@ class Stats:
     inference_sum: float = 0.0
     success: int = 0
     aborted: int = 0
+    scale: float = 1.0
+
+    def bounds(self, attr: str) -> tuple[float, ...]:
+        """The bucket upper bounds of histogram ``attr`` (``ttft``, ``itl``, ``prefill`` or
+        ``inference``): vLLM's times :attr:`scale`."""
+        base = {"ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS}.get(attr, REQUEST_LATENCY_BUCKETS)
+        return scaled_bounds(base, self.scale)
 
     def first_token(self, ttft: float, prefill: float) -> None:
-        _observe(self.ttft, TTFT_BUCKETS, ttft)
+        _observe(self.ttft, self.bounds("ttft"), ttft)
         self.ttft_sum += ttft
-        _observe(self.prefill, REQUEST_LATENCY_BUCKETS, prefill)
+        _observe(self.prefill, self.bounds("prefill"), prefill)
         self.prefill_sum += prefill
 
     def finished(self, done: Done) -> None:
         if done.itl is not None and done.request.tokens:
-            _observe(self.itl, ITL_BUCKETS, done.itl, done.request.tokens)
+            _observe(self.itl, self.bounds("itl"), done.itl, done.request.tokens)
             self.itl_sum += done.itl * done.request.tokens
         if done.start is not None:
-            _observe(self.inference, REQUEST_LATENCY_BUCKETS, done.finish - done.start)
+            _observe(self.inference, self.bounds("inference"), done.finish - done.start)
             self.inference_sum += done.finish - done.start
         self.success += 1

@@ -175,7 +175,7 @@ class Service:
         self.replicas: dict[str, Replica] = {}
         self.held: deque = deque()
         self.done: list[Done] = []
-        self.stats = Stats()
+        self.stats = Stats(scale=model.time_scale)
         self.aborted = 0
 
     def routable(self) -> list[Replica]:
@@ -247,7 +247,7 @@ class Service:
         for name in sorted(existing):
             rep = self.replicas.get(name)
             if rep is None:
-                rep = self.replicas[name] = Replica(name, time=now)
+                rep = self.replicas[name] = Replica(name, time=now, stats=Stats(scale=self.model.time_scale))
             rep.routable = name in routable
         self.aborted += aborted
         self.stats.aborted += aborted

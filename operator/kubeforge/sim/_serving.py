@@ -39,10 +39,13 @@ def load_trace(path: Path = AZURE_CODE_TRACE) -> list[tuple[float, int, int]]:
 
 
 def compressed(model: ServiceModel, factor: float) -> ServiceModel:
-    """The same replica ``factor`` times faster (prefill, per-token time), for time-compressed replays."""
+    """The same replica ``factor`` times faster (prefill, per-token time), for time-compressed
+    replays; its latency histograms' bucket bounds shrink by the same factor
+    (:attr:`ServiceModel.time_scale`), as the whole replica's time does."""
     return replace(model, base_seconds=model.base_seconds / factor,
                    prefill_tokens_per_second=model.prefill_tokens_per_second * factor,
-                   seconds_per_output_token=model.seconds_per_output_token / factor)
+                   seconds_per_output_token=model.seconds_per_output_token / factor,
+                   time_scale=model.time_scale / factor)
 
 
 def trace_arrivals(trace: list[tuple[float, int, int]], model: ServiceModel, compression: float = 1.0,
