@@ -182,3 +182,64 @@ def test_the_figures_carry_the_rises_and_the_json_keeps_them(tmp_path):
     summary.dump(summary.Figures(f, None, None, {}, {}, "now", "m"), tmp_path / "f.json")
     data = json.loads((tmp_path / "f.json").read_text())
     assert data["kubeforge"]["onsets"][0]["before"] == 1 and data["kubeforge"]["polls"]["seconds"] == 1.0
+
+
+def test_the_slo_mode_flag_sets_the_attainments_target_on_the_wall_clock():
+    a = parse_args([])
+    assert a.kubeforge_mode == "queue" and a.slo is None  # the default runs as before
+    s = parse_args(["--kubeforge-mode", "slo"]).slo
+    # 2 s of trace time at 6x is 0.333 s of the simulator's (wall) clock; the API's 60 s window, 10 s
+    assert s == {"timeToFirstTokenSeconds": 0.333333, "percentile": 99, "windowSeconds": 10}
+    s = parse_args(["--kubeforge-mode", "slo", "--compression", "2", "--ttft", "1", "--slo-percentile", "90"]).slo
+    assert s == {"timeToFirstTokenSeconds": 0.5, "percentile": 90, "windowSeconds": 30}
+    assert parse_args(["--kubeforge-mode", "slo", "--compression", "12"]).slo["windowSeconds"] == 10  # the API's least
+    for bad in (["--kubeforge-mode", "latency"], ["--kubeforge-mode", "slo", "--slo-percentile", "100"],
+                ["--slo-window", "0"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_the_slo_target_is_the_one_the_attainment_is_judged_by():
+    from e2e.bench.keda_live.run import slo_spec
+
+    s = slo_spec(2.0, 6.0)
+    wall = s["timeToFirstTokenSeconds"]
+    # the simulator's TTFTs (wall s) at the target and just above it, judged in trace time
+    f = summary.system_figures("kubeforge", 2, [wall, wall * 1.001], [0.0, 0.0], 2, 0,
+                               [Sample(0, 1, 1, 1), Sample(1, 1, 1, 1)], 6.0, 2.0)
+    assert f.attainment == 0.5
+    with pytest.raises(ValueError):
+        slo_spec(0.0, 6.0)
+
+
+def test_kubeforges_slo_spec_drops_the_queue_target_and_its_api_takes_it():
+    from kubeforge.api import InferenceServiceSpec
+    from kubeforge.autoscaling import AutoscalingPolicy
+
+    from e2e.bench.autoscaling.live import SERVICE
+    from e2e.bench.keda_live.run import kubeforge_spec, slo_spec
+
+    before = json.dumps(SERVICE, sort_keys=True)
+    spec = kubeforge_spec("pool", "http://127.0.0.1:9", "spec", slo_spec(2.0, 6.0))
+    auto = spec["autoscaling"]
+    assert "targetPerReplica" not in auto  # the API refuses it beside slo (CEL rule)
+    assert auto["metric"] == "VLLMWaiting" and auto["pollingIntervalSeconds"] == 1
+    assert auto["scaleDown"] == SERVICE["autoscaling"]["scaleDown"] and spec["maxReplicas"] == 8
+    p = AutoscalingPolicy.from_spec(InferenceServiceSpec.model_validate(spec))
+    assert p.slo is not None and p.slo.ttft_seconds * 6 == pytest.approx(2.0, abs=1e-5)
+    assert (p.slo.percentile, p.slo.window_seconds, p.slo.itl_seconds) == (99, 10, None)
+    assert json.dumps(SERVICE, sort_keys=True) == before
+    assert "slo" not in kubeforge_spec("pool", "u")["autoscaling"]
+
+
+def test_kubeforges_decision_sentences_are_kept_when_they_change():
+    from e2e.bench.keda_live.run import note_conditions
+
+    notes: list = []
+    conds = [{"type": "ScalingActive", "message": "the queue model needs 3"}, {"type": "Ready", "message": "x"},
+             {"type": "SLOMet", "message": "p99 time to first token 0.5s (target 0.333s)"}]
+    note_conditions(notes, conds)
+    note_conditions(notes, conds)
+    note_conditions(notes, [])
+    assert [m for _, m in notes] == ["ScalingActive: the queue model needs 3 | SLOMet: p99 time to first token 0.5s "
+                                     "(target 0.333s)"]

@@ -8,7 +8,9 @@ polling 1 s, scale-down window 10 s) and once under KEDA (built from the Go modu
 simulated model servers (a ScaledObject with a ``prometheus`` trigger on
 ``vllm:num_requests_waiting``, threshold 4, the same bounds, polling and scale-down; the HPA's
 defaults for scale-up; ``--kubeforge-scale-up hpa-default`` gives kubeforge the same, 4 pods per
-15 s, instead of its own 1 per 10 s). Both read the same Debian Prometheus, scraping every second.
+15 s, instead of its own 1 per 10 s; ``--kubeforge-mode slo`` gives it its latency SLO mode instead of
+queue depth, for the TTFT target the attainment is judged by). Both read the same Debian
+Prometheus, scraping every second.
 
 Printed per system (trace time): TTFT attainment over all requests (aborted and unfinished are
 misses), GPU replica-minutes (the pods that exist), aborted requests, TTFT and queue-wait
@@ -26,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from e2e.bench.keda_live.report import report
-from e2e.bench.keda_live.run import SCALE_UP, Segment, keda_settings, run_system
+from e2e.bench.keda_live.run import MODES, SCALE_UP, SLO_WINDOW_DEFAULT, Segment, keda_settings, run_system, slo_spec
 from e2e.bench.keda_live.stack import BUILD_HINT, KEDA_VERSION, KedaStack, keda_bin
 from e2e.bench.keda_live.summary import Figures, dump, verdict
 from e2e.bench.lib.args import choice_list
@@ -57,6 +59,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="kubeforge's autoscaling.scaleUp: 'spec' leaves the live spec's (kubeforge's default, "
                          "1 per 10 s, lifted in panic mode); 'hpa-default' gives it the HPA's default that the KEDA "
                          "side runs with (4 pods per 15 s: max(100%%, 4 pods) within 1..8)")
+    ap.add_argument("--kubeforge-mode", choices=MODES, default="queue",
+                    help="kubeforge's autoscaling mode: 'queue' (the live spec's queue depth, 4 waiting a replica: "
+                         "KEDA's signal and threshold); 'slo' (autoscaling.slo: TTFT <= --ttft at --slo-percentile, "
+                         "on the wall clock: --ttft / --compression s, window --slo-window / --compression s)")
+    ap.add_argument("--slo-percentile", type=int, default=99,
+                    help="with --kubeforge-mode slo: the percentile of the TTFT target (the autoscaling bench's "
+                         "SLO row: 99)")
+    ap.add_argument("--slo-window", type=float, default=SLO_WINDOW_DEFAULT,
+                    help="with --kubeforge-mode slo: slo.windowSeconds in trace seconds (the API's default 60; "
+                         "divided by --compression, at least 10 wall s)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order: kubeforge, keda")
     ap.add_argument("--json", type=Path, default=None, help="write the figures there (for bench-autoscaling --keda-live)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
@@ -64,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.systems = choice_list(ap, "--systems", a.systems, SYSTEMS)
     if not a.compression > 0 or not a.end_min > a.start_min or not a.ttft > 0 or a.polling < 1:
         ap.error("need --compression > 0, --end-min > --start-min, --ttft > 0 and --polling >= 1")
+    if not 50 <= a.slo_percentile <= 99 or not a.slo_window > 0:
+        ap.error("need 50 <= --slo-percentile <= 99 (the API's range) and --slo-window > 0")
+    a.slo = slo_spec(a.ttft, a.compression, a.slo_percentile, a.slo_window) if a.kubeforge_mode == "slo" else None
     if not a.trace.is_file():
         ap.error(f"--trace {a.trace}: no such file")
     return a
@@ -78,15 +93,26 @@ def _scale_up_words(choice: str) -> str:
             f"(--kubeforge-scale-up {choice}: the HPA's default; panic mode as always)")
 
 
+def _kubeforge_words(a: argparse.Namespace) -> str:
+    """kubeforge's InferenceService in words: its mode, bounds, polling and scaling rules."""
+    if a.slo is None:
+        mode = "VLLMWaiting, targetPerReplica 4"
+    else:
+        mode = (f"SLO mode, slo {{timeToFirstTokenSeconds: {a.slo['timeToFirstTokenSeconds']:g} (= {a.ttft:g} s of "
+                f"trace time / {a.compression:g}), percentile: {a.slo['percentile']}, windowSeconds: "
+                f"{a.slo['windowSeconds']} (= {a.slo_window:g} s of trace time)}}, no targetPerReplica")
+    return ("InferenceService (e2e.bench.autoscaling.live.SERVICE): " + mode + ", replicas 1..8, "
+            "pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s; scaleUp " + _scale_up_words(a.kubeforge_scale_up)
+            + ("" if a.slo is None else " (SLO mode: no step limit, the queue model's count in one step)"))
+
+
 def _settings(a: argparse.Namespace) -> dict:
     """The choices, in words, as printed and written to the JSON."""
     k = keda_settings(a.polling)
     sd = k["scaleDown"]
     return {
         "keda_version": KEDA_VERSION,
-        "kubeforge": "InferenceService (e2e.bench.autoscaling.live.SERVICE): VLLMWaiting, targetPerReplica 4, "
-                     "replicas 1..8, pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s; scaleUp "
-                     + _scale_up_words(a.kubeforge_scale_up),
+        "kubeforge": _kubeforge_words(a),
         "keda": f"ScaledObject: prometheus trigger sum(vllm:num_requests_waiting{{namespace,service}}), threshold "
                 f"{k['threshold']:g} (AverageValue), minReplicaCount {k['minReplicaCount']}, maxReplicaCount "
                 f"{k['maxReplicaCount']}, pollingInterval {k['pollingInterval']} s, cooldownPeriod 300 s (KEDA's "
@@ -112,7 +138,7 @@ def _run(a: argparse.Namespace, c, results: dict) -> None:
                 stack.install()
                 stack.start()
                 say(f"KEDA v{KEDA_VERSION}: operator and metrics adapter up; external.metrics.k8s.io Available")
-            results[s] = run_system(c, api, s, seg, a.polling, stack, a.kubeforge_scale_up)
+            results[s] = run_system(c, api, s, seg, a.polling, stack, a.kubeforge_scale_up, a.slo)
         except Exception as e:  # noqa: BLE001 - KedaError, ClusterError, an API error: the other system's figures stand
             say(f"{s}: run failed: {type(e).__name__}: {e}")
         finally:

@@ -32,7 +32,8 @@ from e2e.bench.lib.cluster import apply_crds, apply_fleet, make_namespace, start
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import say, wait_until
 
-__all__ = ["NAME", "SCALE_UP", "Segment", "kubeforge_spec", "run_system"]
+__all__ = ["MODES", "NAME", "SCALE_UP", "SLO_WINDOW_DEFAULT", "Segment", "kubeforge_spec", "note_conditions", "run_system",
+           "slo_spec"]
 
 NAME = "chat"
 """The service's name (the InferenceService, or the Deployment and its ScaledObject)."""
@@ -82,9 +83,53 @@ side runs with (no stabilization, at most max(100 %, 4 pods) per 15 s): with rep
 is exactly 4 pods per 15 s (from n <= 4 replicas both allow n + 4; from n >= 4 both reach 8)."""
 
 
-def kubeforge_spec(pool: str, prom_url: str, scale_up: str = "spec") -> dict:
+MODES = ("queue", "slo")
+"""kubeforge's autoscaling mode per ``--kubeforge-mode``: ``queue``, the live SERVICE's
+queue-depth mode (``VLLMWaiting``, 4 a replica, the KEDA side's signal and threshold); ``slo``,
+its latency SLO mode sized for the attainment's own TTFT target (:func:`slo_spec`)."""
+
+#: kubeforge's API default ``slo.windowSeconds`` and its least allowed value, s.
+SLO_WINDOW_DEFAULT, SLO_WINDOW_MIN = 60, 10
+
+
+def slo_spec(ttft_trace_seconds: float, compression: float, percentile: int = 99,
+             window_trace_seconds: float = SLO_WINDOW_DEFAULT) -> dict:
+    """``autoscaling.slo`` for the TTFT target the attainment is judged against, on the wall clock
+    of a replay compressed ``compression`` times.
+
+    The simulator runs the compressed replica on the wall clock: its
+    ``vllm:time_to_first_token_seconds`` (and every other latency and rate kubeforge reads) is in
+    wall seconds, a trace second being ``1 / compression`` of one, and the bench multiplies the
+    TTFTs by ``compression`` before judging them against ``ttft_trace_seconds``. So the target is
+    ``ttft_trace_seconds / compression`` (2 s of trace time: 0.333 s at 6x), and the window of the
+    measured rates and percentiles, ``window_trace_seconds`` of trace time (the API's default 60 s,
+    as the autoscaling bench's SLO row runs at trace speed), is ``window_trace_seconds /
+    compression`` wall seconds, at least the API's 10 (10 at 6x: ten 1 s scrapes).
+
+    Args:
+        ttft_trace_seconds: the TTFT target, trace seconds (> 0).
+        compression: trace seconds per wall second (> 0).
+        percentile: the percentile the target is for (the autoscaling bench's SLO row: 99).
+        window_trace_seconds: the window, trace seconds.
+
+    Returns:
+        ``{"timeToFirstTokenSeconds", "percentile", "windowSeconds"}``.
+
+    Raises:
+        ValueError: a target or compression that is not positive.
+    """
+    if not ttft_trace_seconds > 0 or not compression > 0:
+        raise ValueError(f"need a positive TTFT target and compression, got {ttft_trace_seconds}, {compression}")
+    return {"timeToFirstTokenSeconds": round(ttft_trace_seconds / compression, 6), "percentile": int(percentile),
+            "windowSeconds": max(SLO_WINDOW_MIN, int(round(window_trace_seconds / compression)))}
+
+
+def kubeforge_spec(pool: str, prom_url: str, scale_up: str = "spec", slo: dict | None = None) -> dict:
     """The InferenceService's spec: the live SERVICE on ``pool``, reading ``prom_url``, with
-    ``autoscaling.scaleUp`` as :data:`SCALE_UP` says for ``scale_up``.
+    ``autoscaling.scaleUp`` as :data:`SCALE_UP` says for ``scale_up``; with ``slo`` (an
+    ``autoscaling.slo``, :func:`slo_spec`) in SLO mode instead of queue depth (no
+    ``targetPerReplica``, which the API refuses beside ``slo``; bounds, polling and scale-down
+    as before).
 
     Raises:
         KeyError: ``scale_up`` is not one of :data:`SCALE_UP`.
@@ -92,6 +137,9 @@ def kubeforge_spec(pool: str, prom_url: str, scale_up: str = "spec") -> dict:
     auto = {**SERVICE["autoscaling"], "prometheusURL": prom_url}
     if SCALE_UP[scale_up] is not None:
         auto["scaleUp"] = dict(SCALE_UP[scale_up])
+    if slo is not None:
+        auto.pop("targetPerReplica", None)
+        auto["slo"] = dict(slo)
     return {**SERVICE, "pools": [pool], "autoscaling": auto}
 
 
@@ -117,9 +165,11 @@ def _decisions(c):
     return read
 
 
-def _kubeforge(c, api, ns: str, prom_url: str, scale_up: str = "spec"):
+def _kubeforge(c, api, ns: str, prom_url: str, scale_up: str = "spec", slo: dict | None = None):
     """Start the operator, create the pool and the InferenceService; returns the look: ``(asked:
-    status.desiredReplicas, seen: status.lastMetricValue, decisions: the operator's counter)``."""
+    status.desiredReplicas, seen: status.lastMetricValue, decisions: the operator's counter)``.
+    The look's ``notes`` lists ``(monotonic s, message)`` each time the ``ScalingActive`` message
+    (the decision's sentence: SLO mode's queue model with its numbers) or ``SLOMet``'s changed."""
     from kubernetes import client
 
     apply_crds(c, ROOT / "crds")
@@ -130,8 +180,9 @@ def _kubeforge(c, api, ns: str, prom_url: str, scale_up: str = "spec"):
         "spec": {"nodeSelector": {"matchLabels": {"kubeforge.io/test-fleet": ns}}}})
     objs.create_namespaced_custom_object("kubeforge.io", "v1alpha1", ns, "inferenceservices", {
         "apiVersion": "kubeforge.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME, "namespace": ns},
-        "spec": kubeforge_spec(ns, prom_url, scale_up)})
+        "spec": kubeforge_spec(ns, prom_url, scale_up, slo)})
     decisions = _decisions(c)
+    notes: list[tuple[float, str]] = []
 
     def look() -> tuple[int | None, float | None, float | None]:
         try:
@@ -140,11 +191,22 @@ def _kubeforge(c, api, ns: str, prom_url: str, scale_up: str = "spec"):
             st = svc.get("status") or {}
             seen = st.get("lastMetricValue")
             asked, seen = int(st.get("desiredReplicas") or 0), None if seen is None else float(seen)
+            note_conditions(notes, st.get("conditions") or [])
         except Exception:  # noqa: BLE001 - a look that failed counts as unknown
             asked, seen = None, None
         return asked, seen, decisions()
 
+    look.notes = notes  # type: ignore[attr-defined]
     return look
+
+
+def note_conditions(notes: list[tuple[float, str]], conditions: list[dict]) -> None:
+    """Append ``(now, "ScalingActive: ...; SLOMet: ...")`` to ``notes`` when it differs from the last."""
+    by_type = {c.get("type"): c for c in conditions if isinstance(c, dict)}
+    parts = [f"{t}: {by_type[t].get('message', '')}" for t in ("ScalingActive", "SLOMet") if t in by_type]
+    text = " | ".join(parts)
+    if text and (not notes or notes[-1][1] != text):
+        notes.append((time.monotonic(), text))
 
 
 def keda_settings(polling_seconds: int) -> dict:
@@ -214,11 +276,12 @@ def _follow(sim, ns: str, look, seg: Segment) -> list[Sample]:
 
 
 def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stack=None,
-               scale_up: str = "spec") -> SystemFigures:
+               scale_up: str = "spec", slo: dict | None = None) -> SystemFigures:
     """Run the segment under ``system`` (``kubeforge`` or ``keda``; ``stack``: the started
     :class:`~e2e.bench.keda_live.stack.KedaStack`; ``scale_up``: kubeforge's scale-up, a key of
-    :data:`SCALE_UP`) and return its figures. Cleans up after itself (namespace, nodes, pool,
-    operator), whatever happens.
+    :data:`SCALE_UP`; ``slo``: kubeforge's ``autoscaling.slo``, None for queue-depth mode) and
+    return its figures. Cleans up after itself (namespace, nodes, pool, operator), whatever
+    happens.
 
     Raises:
         RuntimeError: the service never had its first Ready replica.
@@ -234,7 +297,7 @@ def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stac
     load0 = os.getloadavg()[0]
     try:
         sim.add_service(ns, NAME, compressed(MODEL, seg.compression))
-        look = (_kubeforge(c, api, ns, prom.url, scale_up) if system == "kubeforge"
+        look = (_kubeforge(c, api, ns, prom.url, scale_up, slo) if system == "kubeforge"
                 else _keda(c, api, ns, prom.url, polling_seconds))
         if not wait_until(lambda: look()[0] == 1 and sim.snapshot(ns, NAME)["ready"] == 1, 120,
                           f"{system}: 1 replica asked for and Ready", 0.5):
@@ -243,11 +306,14 @@ def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stac
                                   end=seg.end_min * 60, offset=sim.clock() + 1)
         say(f"{system}: replaying {len(arrivals)} requests over {seg.seconds:.0f}s (+{seg.tail:.0f}s)")
         sim.replay(ns, NAME, arrivals)
+        t0 = time.monotonic()
         samples = _follow(sim, ns, look, seg)
         snap = sim.snapshot(ns, NAME)
-        return system_figures(system, len(arrivals), snap["ttfts"], snap["waits"], snap["completed"],
-                              snap["aborted"], samples, seg.compression, seg.ttft_slo, (load0, os.getloadavg()[0]),
-                              float(SERVICE["autoscaling"]["targetPerReplica"]))
+        f = system_figures(system, len(arrivals), snap["ttfts"], snap["waits"], snap["completed"],
+                           snap["aborted"], samples, seg.compression, seg.ttft_slo, (load0, os.getloadavg()[0]),
+                           float(SERVICE["autoscaling"]["targetPerReplica"]))
+        f.notes = [(round((t - t0) * seg.compression, 1), m) for t, m in getattr(look, "notes", [])]
+        return f
     finally:
         prom.close()
         sim.stop()

@@ -95,6 +95,8 @@ class SystemFigures:
             None for KEDA.
         looks: every look, ``(t trace s, asked, pods, ready, queue, seen, decisions)`` (for the
             JSON: what the rises and the cadence were measured from).
+        notes: kubeforge's ``(t trace s, "ScalingActive: ...; SLOMet: ...")`` each time its
+            decision's sentence changed (SLO mode: the queue model's numbers); empty for KEDA.
     """
 
     system: str
@@ -116,6 +118,7 @@ class SystemFigures:
     onsets: list[dict] = field(default_factory=list)
     polls: dict | None = None
     looks: list[tuple] = field(default_factory=list)
+    notes: list[tuple[float, str]] = field(default_factory=list)
 
 
 def system_figures(system: str, requests: int, ttfts: list[float], waits: list[float], completed: int, aborted: int,
