@@ -46,6 +46,9 @@ class AdmissionPlan:
         groups: Serving replica groups given nodes.
         serving_waits: Services with groups that found no room, with (reason, message).
         ledgers: The ledgers after the round (every admission counted), by resource.
+        ledgers_before: The ledgers the round started from (what :func:`build_ledgers` makes of
+            its snapshot; ``per_workload`` shared with :attr:`ledgers`, which the round's
+            admissions do not change): with :attr:`views`, what the GPUPool status is made of.
         views: The pool views the round placed against (before its own admissions).
         reservations: The reservations the round made (waiting gangs reported ``CapacityReserved``).
         quotas: Each pool's ``status.quotas`` after the round.
@@ -60,6 +63,7 @@ class AdmissionPlan:
     groups: list[PlaceGroup] = field(default_factory=list)
     serving_waits: dict[Key, tuple[str, str]] = field(default_factory=dict)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
+    ledgers_before: dict[str, Ledger] = field(default_factory=dict)
     views: dict[str, PoolView] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
     backoff_ends: float | None = None
@@ -339,6 +343,7 @@ def plan_admission(snapshot: Snapshot, now: float, memo: AdmissionMemo | None = 
     plan.groups.extend(groups)
     plan.serving_waits.update(serving_waits)
 
+    plan.ledgers_before = {r: Ledger(r, dict(led.per_node), led.per_workload) for r, led in plan.ledgers.items()}
     for resource, extra in taken.items():
         led = plan.ledgers[resource]
         for node, gpus in extra.items():

@@ -91,8 +91,9 @@ async def admission_round(rt: Runtime, now: float) -> AdmissionPlan:
     """One round: decide for the whole cluster, hand the decisions to the job reconciles,
     release the serving replicas that got a node."""
     cache = rt.cache
-    plan = plan_admission(cache.snapshot(), now, cache.admission_memo)
-    cache.round_done(plan.views, plan.ledgers)
+    snap = cache.snapshot()
+    plan = plan_admission(snap, now, cache.admission_memo)
+    cache.round_done(plan.views, plan.ledgers, snap, plan.ledgers_before)
     for a in plan.admit:
         pl = a.placement
         cache.assume(a.key, PlacementRecord(a.pool, pl.nodes, pl.level, pl.domain, pl.reason))

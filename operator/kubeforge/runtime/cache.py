@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping, NamedTuple
 
 from kubeforge.admission import AdmissionMemo, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
 from kubeforge.objects import Key, PlacementRecord, Record, TrainingJobRecord
@@ -40,12 +40,28 @@ from kubeforge.runtime.cache_overlay import StatusOverlay
 from kubeforge.runtime.cache_reader import IndexReader
 from kubeforge.runtime.cache_snapshot import Snapshotter
 
-__all__ = ["ASSUME_TTL", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK", "Cache", "service_key"]
+__all__ = ["ASSUME_TTL", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK", "Cache", "RoundSeen", "service_key"]
 
 SERVICE_RECHECK = 600.0
 """Seconds the namespace's shared workers Service is taken as present once created (there is
 no watch of Services): after that the next gang creates it again, so one deleted by hand
 comes back (a 409 when it is still there)."""
+
+
+class RoundSeen(NamedTuple):
+    """What the last admission round started from (:meth:`Cache.last_round`).
+
+    Attributes:
+        count: Rounds done by this process so far.
+        snapshot: The snapshot it decided on (None: not kept).
+        views: Each pool's view before the round's admissions.
+        ledgers: Each GPU resource's ledger before them (``plan.ledgers_before``).
+    """
+
+    count: int
+    snapshot: Snapshot | None
+    views: Mapping[str, PoolView]
+    ledgers: Mapping[str, Ledger]
 
 
 def _monotonic() -> float:
@@ -87,6 +103,7 @@ class Cache(IndexReader):
     _services_made: dict[str, float] = field(default_factory=dict)
     _round_views: dict[str, PoolView] = field(default_factory=dict)
     _ledgers: dict[str, Ledger] = field(default_factory=dict)
+    _round: RoundSeen = RoundSeen(0, None, {}, {})
     _activator: tuple[tuple[str, ...], int | None] = ((), None)
     _serving: dict[Key, Any] = field(default_factory=dict)
 
@@ -151,10 +168,20 @@ class Cache(IndexReader):
 
     # --- the admission round ------------------------------------------------------------------
 
-    def round_done(self, views: Mapping[str, PoolView], ledgers: Mapping[str, Ledger]) -> None:
-        """Keep what the last admission round saw: each pool's view, each resource's ledger."""
+    def round_done(self, views: Mapping[str, PoolView], ledgers: Mapping[str, Ledger],
+                   snapshot: Snapshot | None = None, before: Mapping[str, Ledger] | None = None) -> None:
+        """Keep what the last admission round saw: each pool's view, each resource's ledger
+        after the round's admissions and, when given, the snapshot it decided on and the
+        ledgers it started from (:meth:`last_round`); every call counts one round."""
         self._round_views = dict(views)
         self._ledgers = dict(ledgers)
+        self._round = RoundSeen(self._round.count + 1, snapshot, dict(views), dict(before or {}))
+
+    def last_round(self) -> RoundSeen:
+        """The rounds done so far and what the last one started from: the GPUPool status loop
+        makes the pools' status of it when a round ran since its last pass
+        (:mod:`kubeforge.runtime.pools`), instead of a second snapshot and ledger."""
+        return self._round
 
     def ledger(self, resource: str) -> Ledger | None:
         """The last round's ledger of ``resource`` (e.g. ``nvidia.com/gpu``)."""
