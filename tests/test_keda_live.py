@@ -243,3 +243,11 @@ def test_kubeforges_decision_sentences_are_kept_when_they_change():
     note_conditions(notes, [])
     assert [m for _, m in notes] == ["ScalingActive: the queue model needs 3 | SLOMet: p99 time to first token 0.5s "
                                      "(target 0.333s)"]
+
+
+def test_attainment_by_arrival_bins_where_the_misses_are():
+    assert summary.by_arrival([0.0, 10.0, 31.0, 95.0], [0.0, 31.0]) == [(0.0, 2, 1), (30.0, 1, 1), (60.0, 0, 0),
+                                                                         (90.0, 1, 0)]
+    assert summary.by_arrival([], []) == []
+    with pytest.raises(ValueError):
+        summary.by_arrival([1.0], [], 0)

@@ -254,6 +254,18 @@ def test_sim_serves_metrics_and_follows_ready_replicas():
         assert sim.snapshot("ns", "chat")["waiting"] == 0
 
 
+def test_sim_snapshot_pairs_each_ttft_with_its_arrival():
+    now = [0.0]
+    sim = ModelServerSim(ready_replicas=lambda ns, name: 1, clock=lambda: now[0], poll_seconds=0.05)
+    sim.add_service("ns", "chat", ServiceModel(slots=1))
+    sim.replay("ns", "chat", [Request(1.0, 0.5, 0, 0, 1), Request(1.2, 0.5, 0, 0, 2)])
+    with sim:
+        wait_for(lambda: sim.snapshot("ns", "chat")["ready"] == 1)
+        now[0] = 5.0
+        snap = sim.snapshot("ns", "chat")
+    assert snap["arrivals"] == [1.0, 1.2] and snap["ttfts"] == pytest.approx([0.5, 0.8])  # one slot: the second waits
+
+
 def test_sim_answers_http_requests_and_503_when_the_replica_goes():
     routes = {"existing": ["chat-0"], "routable": ["chat-0"]}
     fast = ServiceModel(slots=8, base_seconds=0.05, prefill_tokens_per_second=1e6, seconds_per_output_token=0.01)

@@ -101,9 +101,10 @@ def _kubeforge_words(a: argparse.Namespace) -> str:
         mode = (f"SLO mode, slo {{timeToFirstTokenSeconds: {a.slo['timeToFirstTokenSeconds']:g} (= {a.ttft:g} s of "
                 f"trace time / {a.compression:g}), percentile: {a.slo['percentile']}, windowSeconds: "
                 f"{a.slo['windowSeconds']} (= {a.slo_window:g} s of trace time)}}, no targetPerReplica")
+    up = ("none: SLO mode goes to the queue model's count in one step (scaleUp.maxStep is queue-depth mode's)"
+          if a.slo is not None else _scale_up_words(a.kubeforge_scale_up))
     return ("InferenceService (e2e.bench.autoscaling.live.SERVICE): " + mode + ", replicas 1..8, "
-            "pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s; scaleUp " + _scale_up_words(a.kubeforge_scale_up)
-            + ("" if a.slo is None else " (SLO mode: no step limit, the queue model's count in one step)"))
+            "pollingIntervalSeconds 1, scaleDown window 10 s, -2 every 2 s; scaleUp limit " + up)
 
 
 def _settings(a: argparse.Namespace) -> dict:

@@ -45,6 +45,9 @@ def report(f: Figures) -> None:
         rises = " ".join(f"{o['need']:g}s->{o['asked']:g}s ({o['before']}->{o['after']}, queue {o['queue']}, "
                          f"read {_f(o['seen'], 'g')})" for o in s.onsets[:8])
         print(f"  {name} rises (queue beyond what is asked for -> asks more, trace s): {rises or 'none'}")
+        missed = " ".join(f"{b:g}s:{n - ok}/{n}" for b, n, ok in s.by_arrival if n - ok)
+        if s.by_arrival:
+            print(f"  {name} misses by arrival (trace s bin: missed/arrived): {missed or 'none'}")
         if s.polls:
             p = s.polls
             print(f"  {name} decisions: {p['decisions']:g} in {p['seconds']:g} s wall, one every "

@@ -27,7 +27,7 @@ from kubeforge.sim.modelserver import compressed, load_trace, trace_arrivals
 from e2e.bench.autoscaling.arrivals import MODEL
 from e2e.bench.autoscaling.live import SERVICE
 from e2e.bench.keda_live.objects import deployment, scaled_object
-from e2e.bench.keda_live.summary import Sample, SystemFigures, system_figures
+from e2e.bench.keda_live.summary import Sample, SystemFigures, by_arrival, system_figures
 from e2e.bench.lib.cluster import apply_crds, apply_fleet, make_namespace, start_operator, stop_operator
 from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import say, wait_until
@@ -302,8 +302,9 @@ def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stac
         if not wait_until(lambda: look()[0] == 1 and sim.snapshot(ns, NAME)["ready"] == 1, 120,
                           f"{system}: 1 replica asked for and Ready", 0.5):
             raise RuntimeError(f"{system}: the service never had its first Ready replica (see the logs)")
+        base = sim.clock() + 1  # the segment's start on the simulator's clock
         arrivals = trace_arrivals(load_trace(seg.trace), MODEL, seg.compression, start=seg.start_min * 60,
-                                  end=seg.end_min * 60, offset=sim.clock() + 1)
+                                  end=seg.end_min * 60, offset=base)
         say(f"{system}: replaying {len(arrivals)} requests over {seg.seconds:.0f}s (+{seg.tail:.0f}s)")
         sim.replay(ns, NAME, arrivals)
         t0 = time.monotonic()
@@ -313,6 +314,9 @@ def run_system(c, api, system: str, seg: Segment, polling_seconds: int = 1, stac
                            snap["aborted"], samples, seg.compression, seg.ttft_slo, (load0, os.getloadavg()[0]),
                            float(SERVICE["autoscaling"]["targetPerReplica"]))
         f.notes = [(round((t - t0) * seg.compression, 1), m) for t, m in getattr(look, "notes", [])]
+        f.by_arrival = by_arrival([(r.arrival - base) * seg.compression for r in arrivals],
+                                  [(a - base) * seg.compression for a, x in zip(snap.get("arrivals", []), snap["ttfts"])
+                                   if x * seg.compression <= seg.ttft_slo])
         return f
     finally:
         prom.close()

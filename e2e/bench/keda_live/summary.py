@@ -16,8 +16,8 @@ from e2e.bench.keda_live.onsets import onsets, poll_cadence
 from e2e.bench.lib.jsonfile import dump_figures
 from e2e.bench.lib.stats import percentile
 
-__all__ = ["Figures", "Sample", "SystemFigures", "dump", "load_figures", "replica_seconds", "system_figures",
-           "verdict"]
+__all__ = ["Figures", "Sample", "SystemFigures", "by_arrival", "dump", "load_figures", "replica_seconds",
+           "system_figures", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ class SystemFigures:
             JSON: what the rises and the cadence were measured from).
         notes: kubeforge's ``(t trace s, "ScalingActive: ...; SLOMet: ...")`` each time its
             decision's sentence changed (SLO mode: the queue model's numbers); empty for KEDA.
+        by_arrival: ``(bin start, arrivals, within the TTFT target)`` per bin of arrival time,
+            trace s since the segment's start (:func:`by_arrival`): where the misses are.
     """
 
     system: str
@@ -119,6 +121,33 @@ class SystemFigures:
     polls: dict | None = None
     looks: list[tuple] = field(default_factory=list)
     notes: list[tuple[float, str]] = field(default_factory=list)
+    by_arrival: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+def by_arrival(arrived: list[float], met: list[float], bin_seconds: float = 30.0) -> list[tuple[float, int, int]]:
+    """Arrivals and those within the TTFT target per bin of arrival time.
+
+    Args:
+        arrived: every request's arrival, trace s since the segment's start (>= 0).
+        met: the arrival of each request whose TTFT was within the target, the same clock.
+        bin_seconds: the bins' width, trace s (> 0).
+
+    Returns:
+        ``(bin start, arrivals, met)`` for every bin from 0 to the last arrival's, in order.
+
+    Raises:
+        ValueError: ``bin_seconds`` is not positive.
+    """
+    if not bin_seconds > 0:
+        raise ValueError(f"bin_seconds must be positive, got {bin_seconds}")
+    n = int(max(arrived, default=0.0) // bin_seconds) + 1 if arrived else 0
+    counts, ok = [0] * n, [0] * n
+    for t in arrived:
+        counts[min(n - 1, max(0, int(t // bin_seconds)))] += 1
+    for t in met:
+        if n:
+            ok[min(n - 1, max(0, int(t // bin_seconds)))] += 1
+    return [(round(i * bin_seconds, 1), counts[i], ok[i]) for i in range(n)]
 
 
 def system_figures(system: str, requests: int, ttfts: list[float], waits: list[float], completed: int, aborted: int,

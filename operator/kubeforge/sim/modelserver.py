@@ -89,6 +89,7 @@ class _Svc:
     pending: list = field(default_factory=list)  # future trace arrivals, sorted
     waits: list = field(default_factory=list)
     ttfts: list = field(default_factory=list)
+    arrivals: list = field(default_factory=list)  # the arrival of each of ``ttfts``' requests
     completed: int = 0
     ready_history: list = field(default_factory=list)
 
@@ -196,7 +197,8 @@ class ModelServerSim:
 
     def snapshot(self, namespace: str, name: str) -> dict[str, Any]:
         """The service now: ``waiting`` (all), ``running``, ``ready`` (routable replicas),
-        ``replicas`` (existing), ``waits`` and ``ttfts`` (per completed request), ``completed``,
+        ``replicas`` (existing), ``waits``, ``ttfts`` and ``arrivals`` (per completed request, in
+        the same order; ``arrivals`` in this simulator's clock), ``completed``,
         ``aborted``, ``pending`` (scheduled arrivals), ``ready_history`` ([(time, ready)])."""
         with self.lock:
             s = self.services[(namespace, name)]
@@ -204,6 +206,7 @@ class ModelServerSim:
             svc = s.service
             return {"waiting": svc.waiting, "running": svc.running, "ready": len(svc.routable()),
                     "replicas": len(svc.replicas), "waits": list(s.waits), "ttfts": list(s.ttfts),
+                    "arrivals": list(s.arrivals),
                     "completed": s.completed, "aborted": svc.aborted, "pending": len(s.pending),
                     "ready_history": list(s.ready_history)}
 
@@ -262,6 +265,7 @@ class ModelServerSim:
                 s.completed += 1
                 s.waits.append(d.queue_wait)
                 s.ttfts.append(d.ttft)
+                s.arrivals.append(d.request.arrival)
             w = self._waiters.get(d.request.id) if d.request.id else None
             if w is not None:
                 w[1] = d
