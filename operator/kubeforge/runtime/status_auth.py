@@ -6,7 +6,10 @@ refused before any request (:func:`kubeforge.progress.precheck`); a verdict is c
 token's hash (an accepted token for up to :data:`CACHE_SECONDS` and never past its ``exp``, a
 refused one for :data:`REFUSED_SECONDS`); the same token asked twice at once waits for one
 review; and the reviews this process sends are a token bucket (:data:`REVIEWS_PER_SECOND`,
-burst :data:`REVIEW_BURST`): beyond it, 429 with Retry-After. A token is cached long because
+burst :data:`REVIEW_BURST`): beyond it, 429 with Retry-After. The ``Authorization`` header of an
+accepted token is mapped to its cache key (at most :data:`KEY_ENTRIES`), so that a worker's
+every report does not hash its ~1 KiB token again: the same header is the same token, and its
+verdict, expiry and namespace are still read on every report. A token is cached long because
 the pod's liveness is checked on every report from the cache: a pod that ends or leaves the
 current attempt is refused at once, whatever its token's verdict.
 """
@@ -30,6 +33,9 @@ REFUSED_SECONDS = 10.0
 """How long a refused token's verdict is kept."""
 CACHE_ENTRIES = 50_000
 """Verdicts kept at most (the least recently used go first)."""
+KEY_ENTRIES = 10_000
+"""``Authorization`` headers whose cache key is remembered at most (then all are forgotten:
+each costs its hash once more). ~1.1 KiB each: about 11 MiB at most."""
 REVIEWS_PER_SECOND = 50.0
 """TokenReviews this process sends per second at most, all jobs together."""
 REVIEW_BURST = 200.0
@@ -66,6 +72,7 @@ class Authenticator:
         self.reviews = TokenBucket(REVIEWS_PER_SECOND, REVIEW_BURST)
         self._cache: OrderedDict[str, tuple[float, Identity | AuthError]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future] = {}
+        self._keys: dict[str, str] = {}
         self.sent = 0
 
     async def identify(self, header: str | None, namespace: str) -> Identity:
@@ -76,8 +83,11 @@ class Authenticator:
                 server cannot be asked now.
             Busy: the TokenReview bound is reached (429).
         """
-        token = bearer(header)
-        key = hashlib.sha256(token.encode()).hexdigest()
+        key = self._keys.get(header) if header else None  # a token seen before: no sha256 of its ~1 KiB
+        token = None
+        if key is None:
+            token = bearer(header)
+            key = token_key(token)
         now = self.clock()
         hit = self._cache.get(key)  # first: a known token costs a hash, not a JWT decode
         if hit is not None and hit[0] > now:
@@ -87,7 +97,11 @@ class Authenticator:
                 raise verdict
             if verdict.namespace != namespace:
                 raise AuthError(403, f"the token belongs to namespace {verdict.namespace!r}, not {namespace!r}")
+            if token is not None:
+                self._remember_key(header, key)
             return verdict
+        if token is None:
+            token = bearer(header)
         claims = precheck(token, namespace, self.audience, self.wall())
         pending = self._inflight.get(key)
         if pending is not None:
@@ -113,6 +127,14 @@ class Authenticator:
             elif not fut.cancelled():
                 fut.exception()  # retrieved: no "exception was never retrieved" when nobody else waited
 
+    def _remember_key(self, header: str, key: str) -> None:
+        """Remember the cache key of an accepted token's header: the same header (byte for byte)
+        always has the same key, so this saves only the hash; the verdict is still read from the
+        cache, with its expiry, on every report."""
+        if len(self._keys) >= KEY_ENTRIES:
+            self._keys.clear()
+        self._keys[header] = key
+
     async def _review(self, key: str, token: str, namespace: str, exp: float) -> Identity:
         """Send the TokenReview and cache an accepted verdict (a refusal is cached by the caller)."""
         try:
@@ -133,6 +155,11 @@ class Authenticator:
         self._cache.move_to_end(key)
         while len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
+
+
+def token_key(token: str) -> str:
+    """The verdict cache's key of a token: its sha256 (hex), so the cache holds no token."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def reporting_pod(pods: list[Pod], status: Any, job: Key, who: Identity) -> Pod:
