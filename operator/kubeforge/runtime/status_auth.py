@@ -9,7 +9,10 @@ review; and the reviews this process sends are a token bucket (:data:`REVIEWS_PE
 burst :data:`REVIEW_BURST`): beyond it, 429 with Retry-After. The ``Authorization`` header of an
 accepted token is mapped to its cache key (at most :data:`KEY_ENTRIES`), so that a worker's
 every report does not hash its ~1 KiB token again: the same header is the same token, and its
-verdict, expiry and namespace are still read on every report. A token is cached long because
+verdict, expiry and namespace are still read on every report. That map holds the accepted
+tokens themselves (the verdict cache holds only their hashes): bearer tokens of the kubeforge
+audience, bound to live pods, that this process reads on every request anyway; whoever can read
+its memory holds its own ServiceAccount token, which can do far more. A token is cached long because
 the pod's liveness is checked on every report from the cache: a pod that ends or leaves the
 current attempt is refused at once, whatever its token's verdict.
 """
@@ -158,7 +161,7 @@ class Authenticator:
 
 
 def token_key(token: str) -> str:
-    """The verdict cache's key of a token: its sha256 (hex), so the cache holds no token."""
+    """The verdict cache's key of a token: its sha256 (hex), so the verdict cache holds no token."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
