@@ -5,9 +5,10 @@ This loop is the one writer of a GPUPool's status. It also sets the pool and job
 When an admission round ran since the loop's last pass, the pass takes what that round started
 from (its snapshot, ledgers and pool views: the same a pass of its own would have made then)
 instead of making its own: the status is then as old as that round's start, at most one interval
-plus a pass, where a pass of its own is at most one interval old by the next. In an admission burst rounds run every second, and the loop's own
-snapshot and ledger every 2 s were about a tenth of the operator's CPU at 1,024 nodes (issue 31).
-Without rounds (nothing waits) it makes its own, as before.
+plus a pass, where a pass of its own is at most one interval old by the next. While gangs wait,
+rounds run every second, and a pass costs 7-10 ms instead of 27-34 at 1,024 nodes
+(``python -m e2e.bench.scale.pool_pass``, issue 31). With no round since the last pass (nothing
+waits) it makes its own, as before.
 """
 
 from __future__ import annotations
