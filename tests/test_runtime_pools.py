@@ -87,3 +87,19 @@ def test_a_round_ledger_missing_for_a_pools_resource_falls_back_to_a_snapshot_of
         assert made == [1] and _gpus(kube)["capacity"] == 16
 
     asyncio.run(go())
+
+
+def test_a_pool_deleted_after_the_round_is_not_written_back_and_is_forgotten(monkeypatch):
+    async def go():
+        kube = await small_cluster(2)
+        kube.use_clock(monkeypatch)
+        passes = PoolPasses()
+        await refresh_pools(kube.rt, passes, kube.now)
+        await admission_round(kube.rt, kube.now)  # its snapshot still holds pool "p"
+        await kube.remove("GPUPool", None, "p")
+        await refresh_pools(kube.rt, passes, kube.now)  # from the round: the write finds no pool
+        assert kube.items("GPUPool") == []
+        await refresh_pools(kube.rt, passes, kube.now)  # its own: the pool is gone from its memory
+        assert passes.last == {} and passes.views == {}
+
+    asyncio.run(go())
