@@ -27,6 +27,7 @@ Per request, on one replica:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -78,9 +79,11 @@ class ServiceModel:
     time_scale: float = 1.0
 
 
+@functools.lru_cache(maxsize=64)
 def scaled_bounds(bounds: tuple[float, ...], scale: float) -> tuple[float, ...]:
     """Histogram bucket upper bounds ``bounds`` times ``scale`` (> 0), to 12 significant digits
-    (so that 0.3 / 6 is exported as 0.05); ``bounds`` itself when ``scale`` is 1."""
+    (so that 0.3 / 6 is exported as 0.05); ``bounds`` itself when ``scale`` is 1. Kept per
+    ``(bounds, scale)``: every observation of a compressed replica asks for them."""
     if scale == 1.0:
         return bounds
     return tuple(float(f"{b * scale:.12g}") for b in bounds)
