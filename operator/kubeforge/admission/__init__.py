@@ -31,6 +31,9 @@ from kubeforge.admission._round import AdmissionRules, Preempt
 from kubeforge.admission._reservation import (
     QueueingStrategy, Reservation, ending_jobs, expected_end, own_end, pool_strategy, reservation_message, reserve,
 )
+from kubeforge.admission._reservation_preemption import (
+    FOR_RESERVATION, domain_nodes, may_preempt, preempt_after, reservation_candidates, reservation_victims,
+)
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
 from kubeforge.admission._snapshot import (
@@ -47,7 +50,8 @@ __all__ = [
     "AdmissionRules", "LostWorkBasis", "WorkLost", "checkpoint_age", "checkpoint_basis", "eligible_victims", "run_time",
     "quota_book",
     "QueueingStrategy", "Reservation", "ending_jobs", "expected_end", "own_end", "pool_strategy", "reservation_message",
-    "reserve",
+    "reserve", "FOR_RESERVATION", "domain_nodes", "may_preempt", "preempt_after", "reservation_candidates",
+    "reservation_victims",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",

@@ -288,7 +288,7 @@ def _decide_gang(job: JobView, pending: PendingGang, snapshot: Snapshot, now: fl
         decision = rnd.place(job, pending.request, list(spec.pools), allowed)
     if isinstance(decision, Wait):
         waits[job.key] = (sig, epochs, queued, decision)
-        decision = rnd.after_wait(job, pending.request, allowed, decision)
+        decision = rnd.after_wait(job, pending.request, allowed, decision, now - queued_since(job))
     return decision
 
 

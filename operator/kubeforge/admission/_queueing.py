@@ -131,6 +131,21 @@ class QueueBook:
         self.reservations.setdefault(best.pool, []).append(best)
         return type(wait)(job.key, CAPACITY_RESERVED, reservation_message(best))
 
+    def reservation_of(self, key: Key) -> Reservation | None:
+        """The reservation ``key`` got so far this round, or None."""
+        return next((r for rs in self.reservations.values() for r in rs if r.key == key), None)
+
+    def release(self, r: Reservation) -> None:
+        """Give up ``r`` (its gang preempts instead): it holds nothing for the gangs tried after it,
+        and its slot of the pool's ``maxReservations`` goes back."""
+        self.reservations[r.pool].remove(r)
+        self.tried[r.pool] = max(0, self.tried.get(r.pool, 0) - 1)
+
+    def restore(self, r: Reservation) -> None:
+        """Undo :meth:`release` (the gang found no victims: it keeps its reservation)."""
+        self.reservations.setdefault(r.pool, []).append(r)
+        self.tried[r.pool] = self.tried.get(r.pool, 0) + 1
+
     def _reserve(self, job: JobView, request: GangRequest, view: PoolView, taken: Mapping[str, int],
                  ends: list) -> Reservation | None:
         """The gang's reservation in ``view``: on the nodes of its last one while they make room no

@@ -13,11 +13,12 @@ from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._queueing import QueueBook
 from kubeforge.admission._reservation import QueueingStrategy
+from kubeforge.admission._reservation_preemption import may_preempt, reservation_victims
 from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import (
-    DEVICE_CLASS_NOT_FOUND, INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
+    CAPACITY_RESERVED, DEVICE_CLASS_NOT_FOUND, INVALID_SPEC, POOL_NOT_FOUND, PREEMPTING, QUOTA_EXCEEDED, TERMINAL_JOB_PHASES, UNSCHEDULABLE, WAITING_FOR_CAPACITY,
     Key, PlacementRecord, gpu_request_conflict,
 )
 from kubeforge.placement import GangRequest, NoFit, PendingGang, Placement, PoolIndex, Result, place_gang
@@ -284,13 +285,41 @@ class Round:
             request = gang_request(job.record, view.resource)
         return nvlink_request(request, view)
 
-    def after_wait(self, job: JobView, request: GangRequest, allowed: list[str], wait: Wait) -> Wait:
+    def after_wait(self, job: JobView, request: GangRequest, allowed: list[str], wait: Wait,
+                   waited: float = 0.0) -> Wait | Preempt:
         """A gang that waits for capacity in ``allowed``: it blocks its StrictFIFO pools and may get
         a reservation in its Backfill ones (:meth:`QueueBook.after_wait`); returns the wait to
-        report (reason ``CapacityReserved`` when it got one)."""
-        return self.queue.after_wait(job, allowed, lambda view: self._request(job, request, view),
-                                     lambda view: self.taken[view.resource], lambda pool: self.running.get(pool, ()),
-                                     wait)
+        report (reason ``CapacityReserved`` when it got one), or, when the reservation's pool lets
+        a gang that ``waited`` that many seconds preempt for it, the preemption
+        (:meth:`_preempt_for_reservation`)."""
+        got = self.queue.after_wait(job, allowed, lambda view: self._request(job, request, view),
+                                    lambda view: self.taken[view.resource], lambda pool: self.running.get(pool, ()),
+                                    wait)
+        if got.reason != CAPACITY_RESERVED:
+            return got
+        return self._preempt_for_reservation(job, request, waited) or got
+
+    def _preempt_for_reservation(self, job: JobView, request: GangRequest, waited: float) -> Preempt | None:
+        """The reserved gang preempts the jobs on its reserved domain when its pool's
+        ``preemptAfterSeconds`` is set and it waited that long
+        (:mod:`kubeforge.admission._reservation_preemption`); its reservation is then given up (its
+        nomination holds the GPUs instead, and the slot goes to the next gang)."""
+        r = self.queue.reservation_of(job.key)
+        if r is None or not may_preempt(self.snapshot.pools.get(r.pool), waited):
+            return None
+        view, book = self.views[r.pool], self.books[r.pool]
+        req = self._request(job, request, view)
+        self.queue.release(r)
+        chosen = reservation_victims(job, req, r, view, book, self.running[r.pool],
+                                     self.queue.usable(view, job, self.taken[view.resource]),
+                                     frozenset(self.in_flight), self.now)
+        if chosen is None:
+            self.queue.restore(r)
+            return None
+        victims, placement = chosen
+        self.in_flight.update(v.key for v in victims)
+        self._add(view.resource, placement.gpus_by_node)  # nominated: nobody else takes them this round
+        return Preempt(job.key, r.pool, tuple(victims), dict(placement.gpus_by_node))
 
     def _admit(self, job: JobView, pool: str, placement: Placement) -> None:
         view = self.views[pool]

@@ -91,7 +91,8 @@ def preemption_message(preemptor: Key, priority: int, victim: Victim) -> str:
     """The Preempted condition's (and Event's) message: who preempted the victim, why, and the work
     at risk, saying what it was counted from (a reported checkpoint, or the placement when the job
     reported none in this run: :attr:`Victim.basis`)."""
-    why = "a higher-priority job" if victim.reason == HIGHER_PRIORITY else "its team's nominal quota"
+    why = {HIGHER_PRIORITY: "a higher-priority job", QUOTA_RECLAIM: "its team's nominal quota"}.get(
+        victim.reason, "a gang whose reservation on these nodes waited past the pool's preemptAfterSeconds")
     gpus = sum(victim.gpus_by_node.values()) or 1
     age = victim.lost_gpu_seconds / gpus / 60
     since = (f"since its last reported checkpoint, {age:.0f} min ago" if victim.basis == LostWorkBasis.CHECKPOINT

@@ -17,7 +17,8 @@ RESERVATIONS_DESCRIPTION = (
     "an unknown end and is never counted on. Later jobs may use reserved GPUs only if they end before the "
     "reservation's expected start (their own spec.maxRunSeconds); otherwise they run elsewhere or wait. The "
     "gang shows Admitted=False, reason CapacityReserved, with an Event naming the reserved nodes and the "
-    "expected start. Mode Disabled is Kueue's BestEffortFIFO."
+    "expected start. With preemptAfterSeconds set, a reserved gang that has waited that long preempts the jobs "
+    "standing on its reserved domain (off by default). Mode Disabled is Kueue's BestEffortFIFO."
 )
 """The ``spec.reservations`` field's description (``kubectl explain gpupool.spec.reservations``)."""
 
@@ -42,7 +43,19 @@ class PoolReservations(KubeModel):
     wait. The gang's Admitted condition (reason CapacityReserved) and an Event say what is
     reserved for it and when it expects to start. A job that outlives its ETA by more than
     graceSeconds no longer counts as ending, so the reservation is recomputed and free GPUs are
-    never held idle longer than that."""
+    never held idle longer than that.
+
+    ``preemptAfterSeconds`` (opt-in, absent = off) lets a reserved gang that has waited that long
+    stop the jobs on its reserved domain instead of waiting for them to end. The name follows the
+    ``...Seconds`` durations of this API (``fallbackAfterSeconds``, ``preemption.minRuntimeSeconds``)
+    and says the one thing it sets: Kueue's ClusterQueue ``preemption`` knobs
+    (``withinClusterQueue: LowerPriority|LowerOrNewerEqualPriority``, ``borrowWithinCohort`` with
+    its ``maxPriorityThreshold``, "priority less than or equal to") are policies that act at once,
+    with no wait, and Slurm has no per-reservation knob either (a waiting job gains priority with
+    ``PriorityWeightAge`` until a ``PriorityTier``/QOS lets it preempt; ``PreemptExemptTime`` is the
+    victims' protection, kubeforge's ``minRuntimeSeconds``). Victims, as with Kueue's
+    ``maxPriorityThreshold``, have a priority less than or equal to the gang's.
+    """
 
     mode: ReservationMode = Field(
         default=ReservationMode.ENABLED,
@@ -66,4 +79,18 @@ class PoolReservations(KubeModel):
         "(status.progress.eta, or its maxRunSeconds) before it no longer counts as ending: the "
         "reservations that counted on it are then recomputed, so reserved GPUs are never held "
         "idle past a reservation's expected start plus this grace.",
+    )
+    preempt_after_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=604800,
+        description="preemptAfterSeconds, when set, lets a gang that holds a reservation and has waited "
+        "this long (since it last became not Admitted) preempt jobs on its reserved domain (the domain "
+        "of the topology level it needs) instead of waiting for them to end: only jobs of priority less "
+        "than or equal to its own (of its team, or of a team that borrows), never one whose run is "
+        "younger than preemption.minRuntimeSeconds, those that lose the least work first (the age of "
+        "their last reported checkpoint, else of their placement), and only as many as it needs. They "
+        "restart as for any preemption (Preempted=True, reason PreemptedForReservation); the GPUs they "
+        "free are nominated to the gang, and any it does not need go back to the queue. Absent (the "
+        "default): reservations never preempt; the gang waits for the jobs' ends.",
     )

@@ -64,7 +64,8 @@ READY: Final = "Ready"
 an InferenceService (some replica serves) and a GPUPool (some node is usable)."""
 PREEMPTED: Final = "Preempted"
 """Condition type of a TrainingJob: True when its gang was stopped by a disruption (reason
-:data:`PREEMPTED`, :data:`PREEMPTED_BY_HIGHER_PRIORITY` or :data:`QUOTA_RECLAIMED`), False
+:data:`PREEMPTED`, :data:`PREEMPTED_BY_HIGHER_PRIORITY`, :data:`QUOTA_RECLAIMED` or
+:data:`PREEMPTED_FOR_RESERVATION`), False
 (:data:`RECOVERED`) once it runs again. Also the reason of ``Admitted``/``Running``/``Ready=False``
 after a disruption and of the Warning Event then."""
 COMPUTE_DOMAIN_READY: Final = "ComputeDomainReady"
@@ -190,7 +191,11 @@ of ``kubeforge_preemptions_total``)."""
 QUOTA_RECLAIMED: Final = "QuotaReclaimed"
 """``Preempted=True``: admission stopped the gang, whose team borrowed, for a team within its
 nominal quota (a label of ``kubeforge_preemptions_total``)."""
-PREEMPTION_REASONS: Final = (PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED)
+PREEMPTED_FOR_RESERVATION: Final = "PreemptedForReservation"
+"""``Preempted=True``: admission stopped the gang, on the reserved domain of a gang of the same or
+a higher priority that waited longer than its pool's ``spec.reservations.preemptAfterSeconds``
+(opt-in; a label of ``kubeforge_preemptions_total``)."""
+PREEMPTION_REASONS: Final = (PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED, PREEMPTED_FOR_RESERVATION)
 """Why admission chooses a running gang as a victim."""
 RECOVERED: Final = "Recovered"
 """``Preempted=False``: the gang runs again after a preemption."""

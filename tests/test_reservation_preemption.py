@@ -1,0 +1,121 @@
+"""Preemption for a reservation (issue 27, item 3; opt-in ``spec.reservations.preemptAfterSeconds``):
+a reserved gang that waited long enough stops jobs on its reserved domain only, of a priority <= its
+own, never one younger than ``minRuntimeSeconds``, those with the freshest checkpoint first, and only
+as many as it needs; off by default."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubeforge.admission import FOR_RESERVATION, plan_admission, preemption_message
+from kubeforge.api import PoolReservations
+from kubeforge.objects import ADMITTED, CAPACITY_RESERVED, PREEMPTING, PREEMPTION_REASONS
+import builders as b
+from records import CLIQUE, NOW, iso, mk_job, mk_node, placed, snapshot
+
+REQUIRED = {"mode": "Required", "level": "nvlink"}
+OLD = NOW - 7200  # placed two hours ago: past the default minRuntimeSeconds (1800)
+
+
+def fleet() -> list:
+    """Two NVLink domains of two 8-GPU nodes: c0-0, c0-1, c1-0, c1-1."""
+    return [mk_node(f"c{c}-{i}", labels={CLIQUE: f"c{c}"}) for c in range(2) for i in range(2)]
+
+
+def pool(**reservations):
+    return b.GPUPool("p").levels(("nvlink", CLIQUE)).spec(reservations=reservations).record()
+
+
+def running(name: str, node: str, eta: float, *, since: float = OLD, ckpt: float | None = None, gpus: int = 8,
+            priority: int = 0):
+    """A one-rank job on ``node`` placed at ``since``, reporting ``eta`` and its last checkpoint at ``ckpt``."""
+    st = {"phase": "Running", "attempt": 0, "placement": placed("p", [node], admitted_at=since),
+          "progress": {"step": 10, "eta": iso(eta), "lastReportTime": iso(NOW - 30)}}
+    if ckpt is not None:
+        st["lastCheckpoint"] = {"step": 5, "path": "/c", "time": iso(ckpt)}
+    return mk_job(name, gpus=gpus, status=st, created=since - 60, priority=priority)
+
+
+def gang(replicas: int = 2, created: float = NOW - 3000, priority: int = 0, status: dict | None = None):
+    """The waiting gang: ``replicas`` x 8 GPUs inside one NVLink domain, waiting since ``created``."""
+    return mk_job("big", replicas=replicas, gpus=8, topology=REQUIRED, created=created, priority=priority,
+                  **({"status": status} if status else {}))
+
+
+def full(**c0):
+    """Every node busy: c0 frees first (c0-0 at +900, c0-1 at +1200), c1 at +1800 and +2400; c1's
+    checkpoints are the freshest of all (a domain-blind choice would take them)."""
+    jobs = {"a": dict(node="c0-0", eta=NOW + 900, ckpt=NOW - 1200), "b": dict(node="c0-1", eta=NOW + 1200, ckpt=NOW - 900),
+            "c": dict(node="c1-0", eta=NOW + 1800, ckpt=NOW - 10), "d": dict(node="c1-1", eta=NOW + 2400, ckpt=NOW - 10)}
+    for name, extra in c0.items():
+        jobs[name].update(extra)
+    return [running(n, **kw) for n, kw in jobs.items()]
+
+
+def decide(p, jobs):
+    plan = plan_admission(snapshot([p], fleet(), jobs=jobs), NOW)
+    return plan, {w.key[1]: w for w in plan.wait}
+
+
+def test_off_by_default_the_reserved_gang_waits_however_long():
+    assert PoolReservations().preempt_after_seconds is None
+    plan, waits = decide(pool(), full() + [gang(created=NOW - 86400)])
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
+
+
+@pytest.mark.parametrize("after, preempts", [(3600, False), (3000, True), (0, True)])
+def test_it_preempts_only_once_it_waited_preempt_after_seconds(after, preempts):
+    plan, waits = decide(pool(preemptAfterSeconds=after), full() + [gang(created=NOW - 3000)])
+    assert bool(plan.preempt) == preempts
+    assert waits["big"].reason == (PREEMPTING if preempts else CAPACITY_RESERVED)
+    if preempts:
+        assert not plan.reservations  # given up: the nomination holds the GPUs instead
+
+
+def test_the_wait_counts_from_when_it_last_became_not_admitted():
+    since = {"conditions": [{"type": ADMITTED, "status": "False", "reason": "Preempted",
+                             "lastTransitionTime": iso(NOW - 600)}]}
+    plan, waits = decide(pool(preemptAfterSeconds=1800), full() + [gang(created=NOW - 86400, status=since)])
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
+
+
+def test_victims_only_in_the_reserved_domain_and_the_gpus_go_to_the_gang():
+    plan, _ = decide(pool(preemptAfterSeconds=600), full() + [gang()])
+    [p] = plan.preempt
+    assert sorted(v.key[1] for v in p.victims) == ["a", "b"]  # c0, not c1's fresher checkpoints
+    assert {v.reason for v in p.victims} == {FOR_RESERVATION} and FOR_RESERVATION in PREEMPTION_REASONS
+    assert dict(p.gpus_by_node) == {"c0-0": 8, "c0-1": 8}  # every GPU freed is nominated to the gang
+    assert "preemptAfterSeconds" in preemption_message(p.key, 0, p.victims[0])
+
+
+def test_never_a_job_of_higher_priority():
+    plan, waits = decide(pool(preemptAfterSeconds=600), full(b={"priority": 1}) + [gang(priority=0)])
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
+    same = {n: {"priority": 1} for n in "abcd"}  # (a lower one would be plain priority preemption)
+    plan, _ = decide(pool(preemptAfterSeconds=600), full(**same) + [gang(priority=1)])
+    [p] = plan.preempt
+    assert sorted(v.key[1] for v in p.victims) == ["a", "b"] and {v.reason for v in p.victims} == {FOR_RESERVATION}
+
+
+def test_never_a_job_younger_than_min_runtime_seconds():
+    young = {"since": NOW - 600, "ckpt": None}  # 10 min into its run; the pool's default protects 30
+    plan, waits = decide(pool(preemptAfterSeconds=600), full(b=young) + [gang()])
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
+
+
+def test_the_freshest_checkpoint_first_and_only_as_many_as_needed():
+    # One node of c0 is enough: c0-0 frees soonest (the reservation's node), but c0-1's job
+    # checkpointed a minute ago, so stopping it loses the least.
+    jobs = full(a={"ckpt": NOW - 3000}, b={"ckpt": NOW - 60}) + [gang(replicas=1)]
+    plan, _ = decide(pool(preemptAfterSeconds=600), jobs)
+    [p] = plan.preempt
+    assert [v.key[1] for v in p.victims] == ["b"] and dict(p.gpus_by_node) == {"c0-1": 8}
+    assert p.victims[0].lost_gpu_seconds == pytest.approx(60 * 8)
+
+
+def test_a_job_that_never_reported_a_checkpoint_counts_from_its_placement():
+    jobs = full(a={"ckpt": None, "since": NOW - 2000}, b={"ckpt": NOW - 2400}) + [gang(replicas=1)]
+    plan, _ = decide(pool(preemptAfterSeconds=600), jobs)
+    [v] = plan.preempt[0].victims
+    assert v.key[1] == "a" and v.basis.value == "Placement" and v.lost_gpu_seconds == pytest.approx(2000 * 8)
+    assert "reported no checkpoint" in preemption_message(plan.preempt[0].key, 0, v)
