@@ -103,19 +103,44 @@ def test_never_a_job_younger_than_min_runtime_seconds():
     assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
 
 
+def shared(**c0):
+    """c0-0 runs two 4-GPU jobs (a1 checkpointed 50 min ago, a2 one minute ago), c0-1 one 8-GPU job
+    (b, 30 min ago); c0 frees first (+900..+1200), c1 later. A gang of 3 x 4 GPUs needs 12 GPUs of c0."""
+    jobs = {"a1": dict(node="c0-0", eta=NOW + 900, ckpt=NOW - 3000, gpus=4),
+            "a2": dict(node="c0-0", eta=NOW + 1000, ckpt=NOW - 60, gpus=4),
+            "b": dict(node="c0-1", eta=NOW + 1200, ckpt=NOW - 1800),
+            "c": dict(node="c1-0", eta=NOW + 1800, ckpt=NOW - 10), "d": dict(node="c1-1", eta=NOW + 2400, ckpt=NOW - 10)}
+    for name, extra in c0.items():
+        jobs[name].update(extra)
+    third = mk_job("big", replicas=3, gpus=4, topology=REQUIRED, created=NOW - 3000)
+    return [running(n, **kw) for n, kw in jobs.items()] + [third]
+
+
 def test_the_freshest_checkpoint_first_and_only_as_many_as_needed():
-    # One node of c0 is enough: c0-0 frees soonest (the reservation's node), but c0-1's job
-    # checkpointed a minute ago, so stopping it loses the least.
-    jobs = full(a={"ckpt": NOW - 3000}, b={"ckpt": NOW - 60}) + [gang(replicas=1)]
-    plan, _ = decide(pool(preemptAfterSeconds=600), jobs)
+    plan, _ = decide(pool(preemptAfterSeconds=600), shared())
     [p] = plan.preempt
-    assert [v.key[1] for v in p.victims] == ["b"] and dict(p.gpus_by_node) == {"c0-1": 8}
-    assert p.victims[0].lost_gpu_seconds == pytest.approx(60 * 8)
+    # a2 (the freshest) first, then b; a1 (the oldest checkpoint) is not needed once b frees 8.
+    assert [v.key[1] for v in p.victims] == ["a2", "b"] and sum(p.gpus_by_node.values()) == 12
+    assert [v.lost_gpu_seconds for v in p.victims] == [pytest.approx(60 * 4), pytest.approx(1800 * 8)]
 
 
 def test_a_job_that_never_reported_a_checkpoint_counts_from_its_placement():
-    jobs = full(a={"ckpt": None, "since": NOW - 2000}, b={"ckpt": NOW - 2400}) + [gang(replicas=1)]
+    plan, _ = decide(pool(preemptAfterSeconds=600), shared(a1={"ckpt": None, "since": NOW - 2000},
+                                                            a2={"ckpt": NOW - 2400}, b={"ckpt": NOW - 5000}))
+    [p] = plan.preempt
+    assert [v.key[1] for v in p.victims] == ["a1", "b"]  # a1: 2000 s since its placement, the cheapest per GPU
+    v = p.victims[0]
+    assert v.basis.value == "Placement" and v.lost_gpu_seconds == pytest.approx(2000 * 4)
+    assert "reported no checkpoint" in preemption_message(p.key, 0, v)
+
+
+def test_never_a_job_as_big_as_the_gang():
+    # b holds 8 GPUs; a gang of 8 x 1 GPU needing one node of c0 may take only a1 and a2 (4 each).
+    jobs = [j for j in shared() if j.name != "big"] + [
+        mk_job("big", replicas=1, gpus=8, topology=REQUIRED, created=NOW - 3000)]
     plan, _ = decide(pool(preemptAfterSeconds=600), jobs)
-    [v] = plan.preempt[0].victims
-    assert v.key[1] == "a" and v.basis.value == "Placement" and v.lost_gpu_seconds == pytest.approx(2000 * 8)
-    assert "reported no checkpoint" in preemption_message(plan.preempt[0].key, 0, v)
+    [p] = plan.preempt
+    assert sorted(v.key[1] for v in p.victims) == ["a1", "a2"] and dict(p.gpus_by_node) == {"c0-0": 8}
+    alone = [j for j in jobs if j.name not in ("a1", "a2")] + [running("a", "c0-0", NOW + 900, ckpt=NOW - 60)]
+    plan, waits = decide(pool(preemptAfterSeconds=600), alone)
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED  # only 8-GPU jobs stand there

@@ -39,9 +39,33 @@ from e2e.bench.backfill.workload import Mix, load_jobs
 from e2e.bench.lib.plots import NO_MATPLOTLIB, pyplot
 from e2e.bench.lib.replay import T0
 from e2e.bench.lib.source import ROOT
+from e2e.bench.lib.stats import pct
 from e2e.bench.lib.traces import ALIBABA_CREDIT, ALIBABA_PODS, add_trace_arg, check_trace
 
 STRATEGIES = (QueueingStrategy.BEST_EFFORT_FIFO, QueueingStrategy.STRICT_FIFO, QueueingStrategy.BACKFILL)
+Row = QueueingStrategy | str
+"""A row of the table: a strategy with the pool's ``--reservations``, or the label of a Backfill
+row with ``preemptAfterSeconds`` (:func:`preempt_label`)."""
+
+
+def preempt_label(minutes: float) -> str:
+    """The row of reservation + backfill + preemption after ``minutes`` of waiting."""
+    return f"Backfill+preempt {minutes:g}m"
+
+
+def rows(a: argparse.Namespace) -> list[tuple[Row, QueueingStrategy, dict | None]]:
+    """Every replay of the run: ``(row, strategy, the pool's spec.reservations)``: the three
+    strategies with ``--reservations``, then Backfill with ``preemptAfterSeconds`` for each of
+    ``--preempt-after``."""
+    base = json.loads(a.reservations) if a.reservations else None
+    out: list[tuple[Row, QueueingStrategy, dict | None]] = [(s, s, base) for s in STRATEGIES]
+    for m in a.preempt_after:
+        out.append((preempt_label(m), QueueingStrategy.BACKFILL, {**(base or {}), "preemptAfterSeconds": int(m * 60)}))
+    return out
+
+
+def _minutes(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report-share", type=float, default=d.report_share, help="share of jobs that report an ETA")
     ap.add_argument("--limit-share", type=float, default=d.limit_share, help="share of jobs that set maxRunSeconds")
     ap.add_argument("--reservations", default="", help='the pool\'s spec.reservations as JSON, e.g. \'{"maxReservations": 4}\'')
+    ap.add_argument("--preempt-after", type=_minutes, default=_minutes("60"),
+                    help="minutes, comma-separated: a row of Backfill with spec.reservations.preemptAfterSeconds "
+                    "for each ('' for none)")
     ap.add_argument("--step", type=float, default=60.0, help="seconds between admission rounds")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--png", type=Path, default=ROOT / "e2e/results/backfill.png")
@@ -80,35 +107,51 @@ def delayed(small: list[str], mine: Result, strict: Result, slack: float) -> lis
     return out
 
 
-def report(a: argparse.Namespace, results: dict[QueueingStrategy, Result], arrivals: dict[str, float]) -> None:
-    """The table and the targets."""
+def _name(row: Row) -> str:
+    return row.value if isinstance(row, QueueingStrategy) else row
+
+
+def report(a: argparse.Namespace, results: dict[Row, Result], arrivals: dict[str, float]) -> None:
+    """The table, then the targets for Backfill and for each row with preemption."""
     horizon = T0 + (a.hours + a.drain_hours) * 3600
     figs = {s: r.figures(horizon, arrivals) for s, r in results.items()}
-    print(f"{'strategy':<16} {'large wait p50':>15} {'p95':>7} {'small wait p50':>15} {'p95':>7} {'mean':>7} "
-          f"{'GPU util':>9} {'never started':>14} {'rounds reserved':>16} {'CPU s':>6}")
+    print(f"{'strategy':<22} {'large wait p50':>15} {'p95':>7} {'small wait p50':>15} {'p95':>7} {'mean':>7} "
+          f"{'GPU util':>9} {'never started':>14} {'rounds reserved':>16} {'preempted':>10} {'GPU-h lost':>11} "
+          f"{'CPU s':>6}")
     for s, f in figs.items():
         r = results[s]
-        print(f"{s.value:<16} {f['large_p50']:>15.0f} {f['large_p95']:>7.0f} {f['small_p50']:>15.1f} "
+        print(f"{_name(s):<22} {f['large_p50']:>15.0f} {f['large_p95']:>7.0f} {f['small_p50']:>15.1f} "
               f"{f['small_p95']:>7.1f} {f['small_mean']:>7.1f} {f['util']:>9.1%} {f['never']:>14} "
-              f"{r.reserved:>16} {r.cpu:>6.1f}")
-    print("(waits in minutes, from arrival to start; a job never started counts until the end of the replay)")
-    base, strict, bf = (figs.get(s) for s in STRATEGIES)  # STRATEGIES: BestEffortFIFO, StrictFIFO, Backfill
-    if base and bf:
-        ok = bf["large_p95"] <= 0.3 * base["large_p95"]
-        print(f"target: large-gang wait p95 <= 0.3 x BestEffortFIFO's: {bf['large_p95']:.0f} vs {base['large_p95']:.0f} min "
-              f"({bf['large_p95'] / base['large_p95'] if base['large_p95'] else float('nan'):.2f}x) -> {'met' if ok else 'NOT met'}")
-        pts = 100 * (base["util"] - bf["util"])
-        print(f"target: GPU utilisation within 3 points of BestEffortFIFO's: {bf['util']:.1%} vs {base['util']:.1%} "
+              f"{r.reserved:>16} {r.preemptions:>10} {r.lost_gpu_h:>11.1f} {r.cpu:>6.1f}")
+    print("(waits in minutes, from arrival to first start; a job never started counts until the end of the replay;"
+          " GPU-h lost: each preempted job's run since its last checkpoint x its GPUs)")
+    base, strict = figs.get(QueueingStrategy.BEST_EFFORT_FIFO), results.get(QueueingStrategy.STRICT_FIFO)
+    for s in [QueueingStrategy.BACKFILL] + [s for s in results if not isinstance(s, QueueingStrategy)]:
+        if s in figs:
+            _targets(a, _name(s), figs[s], results[s], base, strict, arrivals)
+
+
+def _targets(a: argparse.Namespace, name: str, mine: dict, result: Result, base: dict | None,
+             strict: Result | None, arrivals: dict[str, float]) -> None:
+    """Issue 27's three targets for one row against BestEffortFIFO and StrictFIFO."""
+    tag = "" if name == QueueingStrategy.BACKFILL.value else f" ({name})"
+    if base:
+        ok = mine["large_p95"] <= 0.3 * base["large_p95"]
+        ratio = mine["large_p95"] / base["large_p95"] if base["large_p95"] else float("nan")
+        print(f"target{tag}: large-gang wait p95 <= 0.3 x BestEffortFIFO's: {mine['large_p95']:.0f} vs "
+              f"{base['large_p95']:.0f} min ({ratio:.2f}x) -> {'met' if ok else 'NOT met'}")
+        pts = 100 * (base["util"] - mine["util"])
+        print(f"target{tag}: GPU utilisation within 3 points of BestEffortFIFO's: {mine['util']:.1%} vs {base['util']:.1%} "
               f"({pts:+.1f} points lower) -> {'met' if pts <= 3 else 'NOT met'}")
-    if strict and bf:
-        small = [n for n in arrivals if n not in results[QueueingStrategy.BACKFILL].large]
-        late = delayed(small, results[QueueingStrategy.BACKFILL], results[QueueingStrategy.STRICT_FIFO], a.step)
-        print(f"target: no small job waits longer under Backfill than under StrictFIFO (one round of slack): "
+    if strict:
+        small = [n for n in arrivals if n not in result.large]
+        late = delayed(small, result, strict, a.step)
+        print(f"target{tag}: no small job waits longer under {name} than under StrictFIFO (one round of slack): "
               f"{len(late)} of {len(small)} do -> {'met' if not late else 'NOT met'}"
               + (f" (e.g. {', '.join(late[:5])})" if late else ""))
 
 
-def plot(path: Path, results: dict[QueueingStrategy, Result], gpus: int) -> None:
+def plot(path: Path, results: dict[Row, Result], gpus: int) -> None:
     """Busy GPUs and large gangs waiting over time, one line per strategy."""
     plt = pyplot()
     if plt is None:
@@ -117,13 +160,13 @@ def plot(path: Path, results: dict[QueueingStrategy, Result], gpus: int) -> None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     for s, r in results.items():
         t = [x[0] for x in r.series]
-        top.plot(t, [x[1] / gpus * 100 for x in r.series], label=s.value, linewidth=0.8)
-        bottom.plot(t, [x[2] for x in r.series], label=s.value, linewidth=0.8)
+        top.plot(t, [x[1] / gpus * 100 for x in r.series], label=_name(s), linewidth=0.8)
+        bottom.plot(t, [x[2] for x in r.series], label=_name(s), linewidth=0.8)
     top.set_ylabel("GPUs busy, %")
     bottom.set_ylabel("large gangs waiting")
     bottom.set_xlabel("hours")
     top.legend(loc="lower right")
-    top.set_title("Backfill bench: the same arrivals under three queueing strategies")
+    top.set_title("Backfill bench: the same arrivals under each queueing strategy")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -141,12 +184,17 @@ def main(argv: list[str] | None = None) -> int:
           f"block, every {a.large_every:g} min) over {a.hours:g} h, then {a.drain_hours:g} h to drain; {a.report_share:.0%} "
           f"report an ETA, {a.limit_share:.0%} set maxRunSeconds; rounds every {a.step:g} s; seed {a.seed}"
           + (f"; pool reservations {a.reservations}" if a.reservations else ""))
-    results: dict[QueueingStrategy, Result] = {}
-    for s in STRATEGIES:
+    results: dict[Row, Result] = {}
+    for row, strategy, reservations in rows(a):
         started = time.process_time()
-        results[s] = simulate(jobs, a.nodes, s, a.hours, a.drain_hours, a.step,
-                              json.loads(a.reservations) if a.reservations else None, tag=f"s{a.seed}-")
-        results[s].cpu = time.process_time() - started
+        results[row] = simulate(jobs, a.nodes, strategy, a.hours, a.drain_hours, a.step, reservations,
+                                tag=f"s{a.seed}-{_name(row)}-")
+        results[row].cpu = time.process_time() - started
+        if not isinstance(row, QueueingStrategy):
+            done = [w for w in results[row].requeue_waits.values() if w is not None]
+            print(f"{_name(row)}: {results[row].preemptions} preemptions, {results[row].lost_gpu_h:.1f} GPU-hours lost; "
+                  f"victims restarted after {pct(done, 50) / 60 if done else 0:.0f} min (p50), "
+                  f"{pct(done, 95) / 60 if done else 0:.0f} (p95), {len(results[row].requeue_waits) - len(done)} never")
     report(a, results, arrivals)
     plot(a.png, results, a.nodes * 8)
     print(ALIBABA_CREDIT)

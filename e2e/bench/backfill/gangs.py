@@ -55,6 +55,11 @@ class GangLog:
                 exp = self.first.get(name)
                 self._p(mins, name, f"STARTED on {doms} ({self.hops.get(name, 0)} moves); "
                         f"first expected {self._m(exp)}, last expected {self._m(self.last.get(name))}")
+        for p in plan.preempt:  # preemption for a reservation (preemptAfterSeconds)
+            lost = sum(v.lost_gpu_seconds for v in p.victims) / 3600
+            self._p(mins, p.key[1], f"PREEMPTS {', '.join(v.key[1] for v in p.victims)} on "
+                    f"{sorted({self.block[n] for n in p.gpus_by_node})} ({lost:.1f} GPU-h at risk, as the operator "
+                    f"counts it)")
         for name, w in waits.items():
             if not self._followed(name):
                 continue

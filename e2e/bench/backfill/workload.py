@@ -14,18 +14,23 @@ What the operator knows of each job's end (documented in e2e/README-backfill-ben
   generous round limits users write), drawn independently of reporting;
 - the others (15 %) have an unknown end: nothing can be counted on to free their GPUs.
 
-Every draw comes from the seed, so the three strategies replay the same arrivals.
+Every job checkpoints every 30 minutes of its run (``CHECKPOINT_EVERY``, the preemption bench's
+default); the operator knows a checkpoint only through a report (a job that does not report shows
+none, and its work at risk counts from its placement). A job preempted for a reservation (the
+``--preempt-after`` rows) loses the work since its last checkpoint and waits again from then.
+
+Every draw comes from the seed, so the strategies replay the same arrivals.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubeforge.api import GPUPoolSpec, TrainingJobSpec
-from kubeforge.objects import Node, record_from_k8s
+from kubeforge.objects import ADMITTED, PREEMPTED, Node, record_from_k8s
 
 from e2e.bench.lib.replay import T0, iso
 from e2e.bench.lib.traces import gpu_tasks
@@ -35,6 +40,8 @@ CLIQUE = "nvidia.com/gpu.clique"
 BLOCK = "cloud.google.com/gce-topology-block"
 NS = "ml"
 POOL = "h100"
+CHECKPOINT_EVERY = 1800.0
+"""Seconds of run between two checkpoints of every job (the preemption bench's default, 30 min)."""
 
 
 @dataclass
@@ -52,6 +59,15 @@ class Job:
     started: float | None = None
     placement: tuple[str, ...] = ()
     finished: float | None = None
+    saved: float = 0.0  # seconds of work kept at the last checkpoint before a preemption
+    attempt: int = 0  # preemptions so far
+    requeued: float | None = None  # when it was last preempted (it waits again from then)
+    lost: list[float] = field(default_factory=list)  # GPU-hours lost at each preemption
+
+    @property
+    def left(self) -> float:
+        """Seconds of work it still needs from its current (or next) start."""
+        return self.work - self.saved
 
     @property
     def total(self) -> int:
@@ -137,17 +153,24 @@ def pool_record(reservations: dict | None = None):
     return rec
 
 
-def job_record(job: Job, now: float, uid: str):
+def job_record(job: Job, now: float, uid: str, ckpt: float = CHECKPOINT_EVERY):
     """The job's TrainingJob record as the operator's cache would hold it at ``now``: its placement,
-    and for a job that reports, the progress of its last report (its ETA)."""
-    status: dict = {"phase": "Pending", "attempt": 0}
+    and for a job that reports, the progress of its last report (its ETA) and the last checkpoint
+    (one every ``ckpt`` seconds of the run) written before that report; a preempted job waits again
+    from its preemption (``Admitted=False`` since then)."""
+    status: dict = {"phase": "Pending", "attempt": job.attempt}
+    if job.requeued is not None and not job.placement:
+        status["conditions"] = [{"type": ADMITTED, "status": "False", "reason": PREEMPTED,
+                                 "lastTransitionTime": iso(job.requeued)}]
     if job.placement:
         start = job.started if job.started is not None else now
-        status = {"phase": "Running", "attempt": 0,
+        status = {"phase": "Running", "attempt": job.attempt,
                   "placement": {"pool": POOL, "nodes": list(job.placement), "admittedAt": iso(start)}}
         if job.report_every is not None and now - start >= job.report_every:
             seen = start + ((now - start) // job.report_every) * job.report_every
-            status["progress"] = {"step": 1, "eta": iso(start + job.work), "lastReportTime": iso(seen)}
+            status["progress"] = {"step": 1, "eta": iso(start + job.left), "lastReportTime": iso(seen)}
+            if seen - start >= ckpt:
+                status["lastCheckpoint"] = {"step": 1, "path": "/c", "time": iso(start + ((seen - start) // ckpt) * ckpt)}
     topology = {"mode": "Required", "level": "block"} if job.large else {"mode": "None"}
     spec = {"pools": [POOL], "replicas": job.replicas, "gpusPerReplica": job.gpus, "topology": topology,
             "template": {"spec": {"containers": [{"name": "trainer", "image": "t"}]}}}

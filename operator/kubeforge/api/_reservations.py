@@ -54,7 +54,9 @@ class PoolReservations(KubeModel):
     with no wait, and Slurm has no per-reservation knob either (a waiting job gains priority with
     ``PriorityWeightAge`` until a ``PriorityTier``/QOS lets it preempt; ``PreemptExemptTime`` is the
     victims' protection, kubeforge's ``minRuntimeSeconds``). Victims, as with Kueue's
-    ``maxPriorityThreshold``, have a priority less than or equal to the gang's.
+    ``maxPriorityThreshold``, have a priority less than or equal to the gang's, and hold fewer GPUs
+    than it (equal gangs would otherwise take turns preempting each other: the backfill bench,
+    e2e/README-backfill-bench.md).
     """
 
     mode: ReservationMode = Field(
@@ -86,8 +88,8 @@ class PoolReservations(KubeModel):
         le=604800,
         description="preemptAfterSeconds, when set, lets a gang that holds a reservation and has waited "
         "this long (since it last became not Admitted) preempt jobs on its reserved domain (the domain "
-        "of the topology level it needs) instead of waiting for them to end: only jobs of priority less "
-        "than or equal to its own (of its team, or of a team that borrows), never one whose run is "
+        "of the topology level it needs) instead of waiting for them to end: only jobs smaller than it (fewer "
+        "GPUs) and of priority less than or equal to its own (of its team, or of a team that borrows), never one whose run is "
         "younger than preemption.minRuntimeSeconds, those that lose the least work first (the age of "
         "their last reported checkpoint, else of their placement), and only as many as it needs. They "
         "restart as for any preemption (Preempted=True, reason PreemptedForReservation); the GPUs they "
