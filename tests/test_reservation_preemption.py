@@ -144,3 +144,20 @@ def test_never_a_job_as_big_as_the_gang():
     alone = [j for j in jobs if j.name not in ("a1", "a2")] + [running("a", "c0-0", NOW + 900, ckpt=NOW - 60)]
     plan, waits = decide(pool(preemptAfterSeconds=600), alone)
     assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED  # only 8-GPU jobs stand there
+
+
+def test_a_gang_that_may_preempt_but_finds_its_domain_protected_holds_all_its_free_gpus():
+    # c0-0: a1 (4 GPUs) and 4 free; c0-1: b, 10 min into its run (protected by minRuntimeSeconds):
+    # the 3 x 4 gang cannot get 12 GPUs of c0 by preemption yet. A 4-GPU job that ends before the
+    # reservation's start would backfill the free GPUs of c0-0, and be protected in turn.
+    jobs = [running("a1", "c0-0", NOW + 900, ckpt=NOW - 3000, gpus=4),
+            running("b", "c0-1", NOW + 1200, since=NOW - 600),
+            running("c", "c1-0", NOW + 1800), running("d", "c1-1", NOW + 2400),
+            mk_job("big", replicas=3, gpus=4, topology=REQUIRED, created=NOW - 3000),
+            mk_job("fast", gpus=4, created=NOW - 100, maxRunSeconds=600)]
+    before, _ = decide(pool(), jobs)
+    assert [(a.key[1], a.placement.nodes) for a in before.admit] == [("fast", ("c0-0",))]  # backfill
+    plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
+    assert not plan.preempt and not plan.admit and waits["big"].reason == CAPACITY_RESERVED
+    [r] = plan.reservations
+    assert r.held.get("c0-0") == 4

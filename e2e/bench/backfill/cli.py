@@ -1,5 +1,6 @@
 """Backfill bench (issue 27): big gangs under a steady stream of small jobs, replayed through
-kubeforge's pure admission core under three queueing strategies, then live against Kueue.
+kubeforge's pure admission core under three queueing strategies (and Backfill with preemption for
+reservations), then live against Kueue.
 
 The same arrivals (e2e/bench/backfill/workload.py: small jobs from the Alibaba trace at a load
 near the fleet's size, 64-GPU gangs that need 8 whole nodes of one block every two hours; who reports
@@ -12,12 +13,16 @@ an ETA and who sets ``maxRunSeconds`` is drawn per job) go through
 - **StrictFIFO** (Kueue's other strategy): nothing behind the first gang that waits is admitted;
 - **Backfill** (kubeforge's default, ``spec.reservations``): the first waiting gangs get
   reservations from the running jobs' ETAs and time limits; later jobs use reserved GPUs only
-  if they end before the reservation's start.
+  if they end before the reservation's start;
+- **Backfill+preempt Nm** (one row per ``--preempt-after`` value, default 60 min): Backfill with
+  the pool's opt-in ``spec.reservations.preemptAfterSeconds``: a reserved gang that waited that
+  long preempts the smaller jobs on its reserved domain (they lose their run since their last
+  checkpoint, every 30 min, and wait again); the cost columns count them and the GPU-hours lost.
 
 Printed per strategy: large-gang wait p50 / p95, small-job wait p50 / p95 / mean (minutes),
-GPU utilisation over the arrival window, jobs never started; then the targets: large-gang wait
-p95 <= 0.3x BestEffortFIFO's, utilisation within 3 points of it, and no small job waiting longer
-under Backfill than under StrictFIFO. A PNG of busy GPUs and waiting large gangs over time goes
+GPU utilisation over the arrival window, jobs never started, preemptions and GPU-hours lost; then
+the targets for Backfill and each preemption row: large-gang wait p95 <= 0.3x BestEffortFIFO's,
+utilisation within 3 points of it, and no small job waiting longer than under StrictFIFO. A PNG of busy GPUs and waiting large gangs over time goes
 to e2e/results/. ``--live`` then runs a smaller version on the local sim cluster, kubeforge's
 operator against the real Kueue (:mod:`e2e.bench.backfill.live`). It measures; it asserts nothing.
 

@@ -32,7 +32,7 @@ from kubeforge.admission._reservation import (
     QueueingStrategy, Reservation, ending_jobs, expected_end, own_end, pool_strategy, reservation_message, reserve,
 )
 from kubeforge.admission._reservation_preemption import (
-    FOR_RESERVATION, domain_nodes, may_preempt, preempt_after, reservation_candidates, reservation_victims,
+    FOR_RESERVATION, domain_nodes, hold_all, may_preempt, preempt_after, reservation_candidates, reservation_victims,
 )
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
@@ -50,7 +50,7 @@ __all__ = [
     "AdmissionRules", "LostWorkBasis", "WorkLost", "checkpoint_age", "checkpoint_basis", "eligible_victims", "run_time",
     "quota_book",
     "QueueingStrategy", "Reservation", "ending_jobs", "expected_end", "own_end", "pool_strategy", "reservation_message",
-    "reserve", "FOR_RESERVATION", "domain_nodes", "may_preempt", "preempt_after", "reservation_candidates",
+    "reserve", "FOR_RESERVATION", "domain_nodes", "hold_all", "may_preempt", "preempt_after", "reservation_candidates",
     "reservation_victims",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",

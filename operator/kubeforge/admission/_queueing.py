@@ -60,13 +60,14 @@ class QueueBook:
     def holding(self, view: PoolView, job: JobView) -> tuple[int, ...]:
         """Which of the pool's reservations so far hold against ``job`` (indices in its list, which
         only grows within a round): every one whose start comes before the job's own end
-        (:func:`own_end`; no time limit: all of them). Two gangs with the same answer and the same
-        ``taken`` see the same free GPUs (:meth:`usable`)."""
+        (:func:`own_end`; no time limit: all of them), and every draining one
+        (:attr:`Reservation.draining`). Two gangs with the same answer and the same ``taken`` see
+        the same free GPUs (:meth:`usable`)."""
         mine = self.reservations.get(view.name)
         if not mine:
             return ()
         end = own_end(job, self.now)
-        return tuple(i for i, r in enumerate(mine) if end is None or end > r.start)
+        return tuple(i for i, r in enumerate(mine) if end is None or end > r.start or r.draining)
 
     def usable(self, view: PoolView, job: JobView, taken: Mapping[str, int]) -> Mapping[str, int]:
         """``taken`` plus what the pool's reservations hold against ``job`` (:meth:`holding`)."""

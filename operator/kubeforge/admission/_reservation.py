@@ -127,6 +127,9 @@ class Reservation:
         held: GPUs per node that are free now and must stay free for it: only jobs that end
             before ``start`` may use them.
         waits_for: The running jobs it waits for, those expected to end by ``start``.
+        draining: Its gang may preempt for it but the jobs on its domain are still protected
+            (:func:`~kubeforge.admission.hold_all`): ``held`` then keeps every later job off, even
+            one that ends before ``start``.
     """
 
     key: Key
@@ -135,11 +138,12 @@ class Reservation:
     placement: Placement
     held: Mapping[str, int]
     waits_for: tuple[Key, ...]
+    draining: bool = False
 
     @property
     def signature(self) -> tuple:
         """What a later gang's "does not fit" answer depended on (for the admission memo)."""
-        return self.key, self.start, tuple(sorted(self.held.items()))
+        return self.key, self.start, tuple(sorted(self.held.items())), self.draining
 
 
 def reservation_message(r: Reservation) -> str:

@@ -28,6 +28,15 @@ is nominated the GPUs of its placement):
   as its placement needs (the greedy pick is pruned as :func:`~kubeforge.admission.choose_victims`
   prunes).
 
+A gang that may preempt but finds no such set yet (some job there is younger than
+``minRuntimeSeconds``) keeps its reservation, which then holds every free GPU of its nodes
+(:func:`hold_all`), not only those it would need at its expected start, against every later job
+(even one that would end before that start): backfilled jobs would
+otherwise keep landing there, each protected for ``minRuntimeSeconds`` in turn (the backfill
+bench: a gang eligible at 399 min found no victims until 534). The hold lasts at most
+``minRuntimeSeconds`` (by then everything on those nodes may be preempted) and the reservation's
+message says it.
+
 Every GPU a victim frees is either in the gang's nominated placement or, when a victim also held
 GPUs the placement does not need, back in the pool for the next round's queue: nothing is held
 without a reason.
@@ -35,6 +44,7 @@ without a reason.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from kubeforge.admission._ordering import WorkLost, victim_order
@@ -129,3 +139,17 @@ def reservation_victims(preemptor: JobView, request: GangRequest, reservation: R
     if not candidates:
         return None
     return _select(victim_order(candidates, now, cost), request, view, book, taken, now, nodes, cost)
+
+
+def hold_all(reservation: Reservation, view: PoolView, taken: Mapping[str, int]) -> Reservation:
+    """``reservation`` holding every GPU free now on its nodes, up to what the gang takes there
+    (``taken``: GPUs promised so far this round), against every later job
+    (:attr:`~kubeforge.admission.Reservation.draining`), for a gang that may preempt but found no
+    victims yet."""
+    held = dict(reservation.held)
+    for n in view.nodes:
+        want = reservation.placement.gpus_by_node.get(n.name, 0)
+        free = max(0, n.gpus_free - taken.get(n.name, 0))
+        if min(want, free) > held.get(n.name, 0):
+            held[n.name] = min(want, free)
+    return replace(reservation, held=held, draining=True)

@@ -13,7 +13,7 @@ from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._queueing import QueueBook
 from kubeforge.admission._reservation import QueueingStrategy
-from kubeforge.admission._reservation_preemption import may_preempt, reservation_victims
+from kubeforge.admission._reservation_preemption import hold_all, may_preempt, reservation_victims
 from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -303,7 +303,9 @@ class Round:
         """The reserved gang preempts the jobs on its reserved domain when its pool's
         ``preemptAfterSeconds`` is set and it waited that long
         (:mod:`kubeforge.admission._reservation_preemption`); its reservation is then given up (its
-        nomination holds the GPUs instead, and the slot goes to the next gang)."""
+        nomination holds the GPUs instead, and the slot goes to the next gang). When no victims
+        make room yet (jobs there younger than ``minRuntimeSeconds``), its reservation holds every
+        free GPU of its nodes (:func:`hold_all`): nothing new lands there to be protected in turn."""
         r = self.queue.reservation_of(job.key)
         if r is None or not may_preempt(self.snapshot.pools.get(r.pool), waited):
             return None
@@ -313,8 +315,8 @@ class Round:
         chosen = reservation_victims(job, req, r, view, book, self.running[r.pool],
                                      self.queue.usable(view, job, self.taken[view.resource]),
                                      frozenset(self.in_flight), self.now)
-        if chosen is None:
-            self.queue.restore(r)
+        if chosen is None:  # the domain's jobs are still protected: nothing more lands on its free GPUs
+            self.queue.restore(hold_all(r, view, self.taken[view.resource]))
             return None
         victims, placement = chosen
         self.in_flight.update(v.key for v in victims)
