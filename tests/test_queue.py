@@ -183,3 +183,28 @@ def test_timers_work_on_uvloop_where_a_due_time_already_past_is_a_plain_handle()
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(scenario()) == ["a", "b"]
+
+
+def test_starting_a_queue_exports_its_worker_count():
+    """``kubeforge_max_concurrent_reconciles{controller}`` says how many reconciles a queue runs
+    at once (the training bench prints it beside the reconcile times)."""
+    from kubeforge import metrics
+
+    async def scenario():
+        q, _, _ = _gated_recorder(workers=5, record=None)
+        gauge = metrics.MAX_CONCURRENT_RECONCILES.labels(controller="t")
+        assert gauge._value.get() == 5
+        await q.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_job_workers_fit_in_the_clients_requests_in_flight():
+    """More TrainingJob workers than the client lets requests fly put the workers' pod creates
+    ahead of the urgent lane's admission writes at the client's semaphore (the burst measured
+    at 128 workers: created -> Admitted p95 12.5 s against 3.9 s at 64)."""
+    from kubeforge.runtime.client import MAX_IN_FLIGHT
+    from kubeforge.runtime.operator import JOB_WORKERS, SERVICE_WORKERS
+
+    assert JOB_WORKERS <= MAX_IN_FLIGHT
+    assert SERVICE_WORKERS <= MAX_IN_FLIGHT

@@ -15,6 +15,10 @@ RECONCILE_SECONDS = Histogram(
     "kubeforge_reconcile_duration_seconds", "Reconcile duration by kind, seconds.", ["kind"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+MAX_CONCURRENT_RECONCILES = Gauge(
+    "kubeforge_max_concurrent_reconciles",
+    "Workers of a work queue (trainingjobs, inferenceservices): the most reconciles it runs at once "
+    "(controller-runtime's controller_runtime_max_concurrent_reconciles).", ["controller"])
 ADMISSIONS = Counter("kubeforge_admission_decisions_total", "Gang admission decisions by result (admitted, waiting).", ["pool", "result"])
 JOBS_BY_PHASE = Gauge("kubeforge_trainingjobs", "TrainingJobs by phase.", ["phase"])
 POOL_GPUS = Gauge("kubeforge_pool_gpus", "GPUs of a pool by state (capacity, allocatable, allocated, free).", ["pool", "state"])

@@ -123,7 +123,8 @@ class OperatorProfile:
         return {"total": total, "idle": idle, "top": sorted(funcs.items(), key=lambda kv: -kv[1])[:8]}
 
 
-OPERATOR_WANTED = re.compile(r'^kubeforge_(admission_round|reconcile)_duration_seconds_(sum|count)(\{.*\})?$')
+OPERATOR_WANTED = re.compile(r'^kubeforge_((admission_round|reconcile)_duration_seconds_(sum|count)'
+                             r'|max_concurrent_reconciles)(\{.*\})?$')
 
 
 def scrape_operator(port: int | None) -> dict[str, float]:
@@ -142,8 +143,10 @@ def report_profile(p: dict | None, op: dict[str, float] | None = None) -> None:
             return s_ / max(1, n), int(n)
         rnd, n_rnd = mean("kubeforge_admission_round_duration_seconds")
         rec, n_rec = mean('kubeforge_reconcile_duration_seconds')
+        workers = next((f"{v:.0f}" for k, v in op.items() if k.startswith("kubeforge_max_concurrent_reconciles")
+                        and 'controller="trainingjobs"' in k), "an unknown number")
         print(f"  profile: the operator ran {n_rnd} admission rounds of {1000 * rnd:.0f} ms on average (each followed by "
-              f"as long a yield, at most 1 s) and {n_rec} reconciles of {1000 * rec:.0f} ms on average (16 at a time)")
+              f"as long a yield, at most 1 s) and {n_rec} reconciles of {1000 * rec:.0f} ms on average ({workers} at a time)")
     if not p or not p["total"]:
         return
     busy = p["total"] - p["idle"]

@@ -107,6 +107,8 @@ class WorkQueue:
         self._failures.pop(key, None)
 
     def start(self) -> None:
+        """Start the workers; the ``kubeforge_max_concurrent_reconciles`` gauge says how many."""
+        metrics.MAX_CONCURRENT_RECONCILES.labels(controller=self._name).set(self._workers)
         for i in range(self._workers):
             self._tasks.append(asyncio.create_task(self._work(), name=f"{self._name}-{i}"))
 
