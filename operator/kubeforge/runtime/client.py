@@ -26,6 +26,7 @@ from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 
 from kubeforge import GROUP, VERSION, metrics
+from kubeforge.runtime.slots import PrioritySlots
 
 log = logging.getLogger("kubeforge.client")
 
@@ -110,7 +111,7 @@ class KubeClient:
 
     def __init__(self) -> None:
         self._api: kclient.ApiClient | None = None
-        self._sem = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._slots = PrioritySlots(MAX_IN_FLIGHT)  # urgent work first (kubeforge.runtime.slots)
 
     async def start(self) -> None:
         """In-cluster config when running in a pod (``KUBERNETES_SERVICE_HOST`` set and no
@@ -168,7 +169,7 @@ class KubeClient:
         assert self._api is not None, "KubeClient.start() first"
         code = 0
         try:
-            async with self._sem:
+            async with self._slots.slot():
                 resp = await self._send(method, path, body, content_type, accept, query, timeout)
                 try:
                     code = resp.status

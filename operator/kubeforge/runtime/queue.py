@@ -11,6 +11,7 @@ from typing import Awaitable, Callable, Hashable
 
 from kubeforge import metrics
 from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.slots import URGENT_WORK
 
 log = logging.getLogger("kubeforge.queue")
 
@@ -140,6 +141,7 @@ class WorkQueue:
             self._urgent -= lane == URGENT
             self._active.add(key)
             started = time.monotonic()
+            urgent = URGENT_WORK.set(lane == URGENT)  # its API requests go first (kubeforge.runtime.slots)
             try:
                 requeue = await self._handler(key)
                 metrics.RECONCILES.labels(kind=self._name, result="success").inc()
@@ -159,6 +161,7 @@ class WorkQueue:
                     log.exception("%s %s: unexpected error; retrying in %.1fs", self._name, key, delay)
                 self.add_after(key, delay)
             finally:
+                URGENT_WORK.reset(urgent)
                 metrics.RECONCILE_SECONDS.labels(kind=self._name).observe(time.monotonic() - started)
                 self._active.discard(key)
                 if key in self._dirty:
