@@ -161,3 +161,19 @@ def test_a_gang_that_may_preempt_but_finds_its_domain_protected_holds_all_its_fr
     assert not plan.preempt and not plan.admit and waits["big"].reason == CAPACITY_RESERVED
     [r] = plan.reservations
     assert r.held.get("c0-0") == 4
+
+
+def test_a_domain_the_gang_may_never_preempt_keeps_the_plain_reservation_and_its_backfill():
+    # As above, but b is old and of a higher priority than the gang: no wait makes it a victim,
+    # so holding every free GPU of c0 would idle them for nothing. The plain reservation stays,
+    # and the job that ends before its start backfills c0-0 as without preemptAfterSeconds.
+    jobs = [running("a1", "c0-0", NOW + 900, ckpt=NOW - 3000, gpus=4),
+            running("b", "c0-1", NOW + 1200, priority=5),
+            running("c", "c1-0", NOW + 1800), running("d", "c1-1", NOW + 2400),
+            mk_job("big", replicas=3, gpus=4, topology=REQUIRED, created=NOW - 3000),
+            mk_job("fast", gpus=4, created=NOW - 100, maxRunSeconds=600)]
+    plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
+    assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
+    assert [(a.key[1], a.placement.nodes) for a in plan.admit] == [("fast", ("c0-0",))]
+    [r] = plan.reservations
+    assert not r.draining

@@ -28,14 +28,15 @@ is nominated the GPUs of its placement):
   as its placement needs (the greedy pick is pruned as :func:`~kubeforge.admission.choose_victims`
   prunes).
 
-A gang that may preempt but finds no such set yet (some job there is younger than
-``minRuntimeSeconds``) keeps its reservation, which then holds every free GPU of its nodes
-(:func:`hold_all`), not only those it would need at its expected start, against every later job
-(even one that would end before that start): backfilled jobs would
+A gang that may preempt but finds no such set yet only because some job there is younger than
+``minRuntimeSeconds`` (:func:`only_protected`) keeps its reservation, which then holds every free
+GPU of its nodes (:func:`hold_all`), not only those it would need at its expected start, against
+every later job (even one that would end before that start): backfilled jobs would
 otherwise keep landing there, each protected for ``minRuntimeSeconds`` in turn (the backfill
 bench: a gang eligible at 399 min found no victims until 534). The hold lasts at most
 ``minRuntimeSeconds`` (by then everything on those nodes may be preempted) and the reservation's
-message says it.
+message says it. A gang that could not make room even then (the jobs there are larger, of a higher
+priority, or of a team within its quota) keeps the plain reservation.
 
 Every GPU a victim frees is either in the gang's nominated placement or, when a victim also held
 GPUs the placement does not need, back in the pool for the next round's queue: nothing is held
@@ -88,12 +89,13 @@ def domain_nodes(reservation: Reservation, view: PoolView) -> frozenset[str]:
 
 def reservation_candidates(preemptor: JobView, gpus: int, nodes: frozenset[str], book: QuotaBook,
                            running: Sequence[JobView], in_flight: frozenset[Key], now: float,
-                           resource: str = DEFAULT_GPU_RESOURCE_NAME) -> list[tuple[JobView, str]]:
+                           resource: str = DEFAULT_GPU_RESOURCE_NAME,
+                           protect: bool = True) -> list[tuple[JobView, str]]:
     """The running gangs ``preemptor`` (a gang of ``gpus`` GPUs of ``resource``) may stop for its
     reservation (module docstring), unordered, each with the reason :data:`FOR_RESERVATION`: on
     ``nodes``, holding fewer than ``gpus`` GPUs, of a priority <= its own, of its team or a
     borrowing team, not in ``in_flight``, and at least the pool's ``minRuntimeSeconds`` into their
-    run."""
+    run (``protect`` False: whatever their run, for :func:`only_protected`)."""
     spec = preemptor.record.spec
     assert spec is not None
     team = book.team(preemptor.record.namespace)
@@ -106,7 +108,7 @@ def reservation_candidates(preemptor: JobView, gpus: int, nodes: frozenset[str],
             continue
         if book.team(v.record.namespace) != team and book.borrowed(book.team(v.record.namespace)) <= 0:
             continue  # a team within its nominal quota keeps its guarantee
-        if book.min_runtime and run_time(v, now) < book.min_runtime:
+        if protect and book.min_runtime and run_time(v, now) < book.min_runtime:
             continue  # protected until its run is minRuntimeSeconds old
         out.append((v, FOR_RESERVATION))
     return out
@@ -115,7 +117,7 @@ def reservation_candidates(preemptor: JobView, gpus: int, nodes: frozenset[str],
 def reservation_victims(preemptor: JobView, request: GangRequest, reservation: Reservation, view: PoolView,
                         book: QuotaBook, running: Sequence[JobView], taken: Mapping[str, int],
                         in_flight: frozenset[Key], now: float,
-                        cost: WorkLost = checkpoint_age) -> tuple[list[Victim], Placement] | None:
+                        cost: WorkLost = checkpoint_age, protect: bool = True) -> tuple[list[Victim], Placement] | None:
     """The fewest jobs on ``reservation``'s domain whose GPUs, once freed, let ``preemptor`` be placed
     inside that domain, those that lose the least work first; None when the rules allow no such set.
 
@@ -130,15 +132,29 @@ def reservation_victims(preemptor: JobView, request: GangRequest, reservation: R
         in_flight: Jobs already being preempted (never chosen twice).
         now: Unix seconds.
         cost: The work a victim loses, seconds (:func:`~kubeforge.admission.checkpoint_age`).
+        protect: False: count jobs younger than ``minRuntimeSeconds`` as victims too.
 
     Returns:
         (victims in the order chosen, the placement the preemptor would get), or None.
     """
     nodes = domain_nodes(reservation, view)
-    candidates = reservation_candidates(preemptor, request.gpus, nodes, book, running, in_flight, now, view.resource)
+    candidates = reservation_candidates(preemptor, request.gpus, nodes, book, running, in_flight, now, view.resource,
+                                        protect)
     if not candidates:
         return None
     return _select(victim_order(candidates, now, cost), request, view, book, taken, now, nodes, cost)
+
+
+def only_protected(preemptor: JobView, request: GangRequest, reservation: Reservation, view: PoolView,
+                   book: QuotaBook, running: Sequence[JobView], taken: Mapping[str, int],
+                   in_flight: frozenset[Key], now: float) -> bool:
+    """Whether the only thing between ``preemptor`` and its victims is ``minRuntimeSeconds``: with
+    that protection lifted, :func:`reservation_victims` (same arguments) would make room. Only then
+    does its reservation hold every free GPU of its nodes (:func:`hold_all`), and only until those
+    jobs are that old; a domain whose jobs it may never stop (larger, of a higher priority, of a
+    team within its quota) keeps the plain reservation, whose later jobs that end in time backfill."""
+    return reservation_victims(preemptor, request, reservation, view, book, running, taken, in_flight, now,
+                               protect=False) is not None
 
 
 def hold_all(reservation: Reservation, view: PoolView, taken: Mapping[str, int]) -> Reservation:

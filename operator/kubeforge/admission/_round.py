@@ -13,7 +13,7 @@ from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._queueing import QueueBook
 from kubeforge.admission._reservation import QueueingStrategy
-from kubeforge.admission._reservation_preemption import hold_all, may_preempt, reservation_victims
+from kubeforge.admission._reservation_preemption import hold_all, may_preempt, only_protected, reservation_victims
 from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -312,11 +312,11 @@ class Round:
         view, book = self.views[r.pool], self.books[r.pool]
         req = self._request(job, request, view)
         self.queue.release(r)
-        chosen = reservation_victims(job, req, r, view, book, self.running[r.pool],
-                                     self.queue.usable(view, job, self.taken[view.resource]),
-                                     frozenset(self.in_flight), self.now)
-        if chosen is None:  # the domain's jobs are still protected: nothing more lands on its free GPUs
-            self.queue.restore(hold_all(r, view, self.taken[view.resource]))
+        args = (job, req, r, view, book, self.running[r.pool], self.queue.usable(view, job, self.taken[view.resource]),
+                frozenset(self.in_flight), self.now)
+        chosen = reservation_victims(*args)
+        if chosen is None:  # while only minRuntimeSeconds protects the domain, nothing more lands on its free GPUs
+            self.queue.restore(hold_all(r, view, self.taken[view.resource]) if only_protected(*args) else r)
             return None
         victims, placement = chosen
         self.in_flight.update(v.key for v in victims)
