@@ -53,7 +53,7 @@ from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import QuotaBook
 from kubeforge.admission._reservation import Reservation
 from kubeforge.admission._snapshot import JobView
-from kubeforge.admission._victims import Victim, _select, checkpoint_age, run_time
+from kubeforge.admission._victims import Victim, _select, checkpoint_age, protected
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import PREEMPTED_FOR_RESERVATION, Key, PoolRecord, rank_gpus
 from kubeforge.placement import GangRequest, Placement
@@ -108,8 +108,8 @@ def reservation_candidates(preemptor: JobView, gpus: int, nodes: frozenset[str],
             continue
         if book.team(v.record.namespace) != team and book.borrowed(book.team(v.record.namespace)) <= 0:
             continue  # a team within its nominal quota keeps its guarantee
-        if protect and book.min_runtime and run_time(v, now) < book.min_runtime:
-            continue  # protected until its run is minRuntimeSeconds old
+        if protect and protected(v, book, now):
+            continue
         out.append((v, FOR_RESERVATION))
     return out
 

@@ -129,6 +129,12 @@ def run_time(job: JobView, now: float) -> float:
     return max(0.0, now - start) if start is not None else 0.0
 
 
+def protected(job: JobView, book: QuotaBook, now: float) -> bool:
+    """Whether the pool's ``preemption.minRuntimeSeconds`` still protects the running gang: its run
+    (:func:`run_time`) is younger than that. Every kind of preemption reads it here."""
+    return bool(book.min_runtime) and run_time(job, now) < book.min_runtime
+
+
 def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAME,
               cost: WorkLost = checkpoint_age) -> float:
     """GPU-seconds a running gang would lose if stopped now: ``cost`` (by default
@@ -175,8 +181,8 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
         key = v.key
         if key == preemptor.key or key in in_flight:
             continue
-        if book.min_runtime and run_time(v, now) < book.min_runtime:
-            continue  # protected until its run is minRuntimeSeconds old
+        if protected(v, book, now):
+            continue
         out.append((v, reason))
     return out
 
