@@ -118,3 +118,19 @@ def test_the_written_status_is_a_copy():
     o.remember(KEY, answer)
     answer["status"]["phase"] = "Failed"
     assert o.effective(KEY, seen("10")).status == {"phase": "Running"}
+
+
+@pytest.mark.parametrize("again", [1, 3])
+def test_a_record_it_handed_out_is_not_the_index_catching_up(again):
+    """The effective record carries our written resourceVersion: given back (a reconcile that
+    asks again about the record it already acts on) it must not read as the index having
+    reached our write. It did once (runtime/training._apply), and the next admission round saw
+    a placed gang with no placement while the index still held the version before the write."""
+    o = StatusOverlay(Clock(), TTL)
+    o.remember(KEY, written("12", placement={"nodes": ["n1"]}))
+    eff = o.effective(KEY, seen("10"))
+    for _ in range(again):
+        assert o.effective(KEY, eff) is eff
+    assert o.effective(KEY, seen("10")).status == {"placement": {"nodes": ["n1"]}}  # the entry stayed
+    assert o.effective(KEY, seen("12", placement={"nodes": ["n1"]})).resource_version == "12"
+    assert o.effective(KEY, seen("10")).status == {}  # the index's record reached it: dropped then

@@ -249,7 +249,7 @@ async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> Non
     await _delete_pods(rt, key, plan)
     if plan.ungate:
         await _lift_gates(rt, key, plan.ungate)
-    status = cache.effective(key, job).status if plan.status is None else {**job.status, **plan.status}
+    status = job.status if plan.status is None else {**job.status, **plan.status}  # job: the effective record
     placement = placement_of(status)
     if placement is None:
         return
