@@ -12,7 +12,10 @@ a few tests of tests/test_admission.py, through :func:`settle`) run
   a pod call: see :attr:`FakeKube.fail_next`);
 - the real index handlers of :mod:`kubeforge.runtime.indexes` fed on every write, into
   stores shaped like kopf's (key -> one value per object), so the Cache reads what it reads in
-  production; a deleted pod or node calls its ``*_gone`` hook, as the informer does;
+  production; a deleted pod or node calls its ``*_gone`` hook, as the informer does. By
+  default inside the write itself; with :attr:`FakeKube.lagging` set, the watch events queue
+  instead and :meth:`FakeKube.deliver` hands them to the handlers later, a prefix of each
+  watch stream at a time (a real watch lags behind the write's answer);
 - a scheduler and kubelet: a pod pinned to a node (``metadata.name`` in its node affinity) binds
   there when the node is Ready, not cordoned, its NoSchedule / NoExecute taints are tolerated
   and its bound pods leave room for every extended resource the pod requests (else it is
@@ -158,6 +161,12 @@ class FakeKube:
         """Seconds added to the Cache's monotonic clock (see :meth:`clock`)."""
         self.during_slow_write: Any = None
         """A coroutine function run while a "slow" write is in flight (what the world does meanwhile)."""
+        self.lagging = False
+        """Opt-in lagging watch: when set, a write queues its watch event in :attr:`backlog` instead
+        of feeding the index handlers; :meth:`deliver` feeds them later."""
+        self.backlog: list[tuple[str, tuple[str, str, str], dict[str, Any] | None]] = []
+        """Watch events not delivered yet, in the order written: (kind, object key, the body as
+        written, or None for a deletion)."""
         self.rt = self.new_runtime()
 
     def clock(self) -> Any:
@@ -219,7 +228,12 @@ class FakeKube:
             md.setdefault("generation", 1)
         md["resourceVersion"] = str(next(self.rv))
         self.writes += 1
-        self.objects[(kind, md.get("namespace") or "", md["name"])] = body
+        key = (kind, md.get("namespace") or "", md["name"])
+        self.objects[key] = body
+        if self.lagging:
+            if kind in HANDLERS:  # the body as written: the fake edits its objects in place later
+                self.backlog.append((kind, key, copy.deepcopy(body)))
+            return body
         await self.index(kind, body)
         return body
 
@@ -236,9 +250,10 @@ class FakeKube:
             return
         self.writes += 1
         if kind in HANDLERS:
-            old = self.stores[HANDLERS[kind][0]].drop((kind, ns or "", name))
-            if old and kind in GONE:
-                GONE[kind](old, Memo(self.rt))
+            if self.lagging:
+                self.backlog.append((kind, (kind, ns or "", name), None))
+            else:
+                self.unindex(kind, (kind, ns or "", name))
         uid = body["metadata"].get("uid")
         for key, o in list(self.objects.items()):  # the garbage collector
             if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or []):
@@ -273,10 +288,45 @@ class FakeKube:
                             status=body.get("status") or {}, labels=md.get("labels") or {}, memo=Memo(self.rt))
         self.stores[name].put((kind, md.get("namespace") or "", md.get("name")), out or {})
 
+    def unindex(self, kind: str, key: tuple[str, str, str]) -> None:
+        """A deletion reaches the index: the object's entries go, its ``*_gone`` hook runs."""
+        old = self.stores[HANDLERS[kind][0]].drop(key)
+        if old and kind in GONE:
+            GONE[kind](old, Memo(self.rt))
+
     async def reindex(self) -> None:
-        """kopf re-lists after a restart: every index handler runs again."""
+        """kopf re-lists after a restart: every index handler runs again (and, lagging, the
+        backlog is moot: the list shows what is, objects gone included)."""
+        if self.lagging:
+            self.backlog.clear()
+            for store in self.stores.values():
+                for obj in store.objects():
+                    if obj not in self.objects:
+                        store.drop(obj)
         for (kind, _, _), body in list(self.objects.items()):
             await self.index(kind, body)
+
+    async def deliver(self, rng: Any = None, per: str = "kind") -> int:
+        """Hand queued watch events (:attr:`lagging`) to the index handlers; returns how many.
+
+        ``rng`` None: all of them. Else a random prefix (``rng.randint``) of each stream, in the
+        order written: ``per="kind"`` one stream per resource type (a real watch's order),
+        ``"object"`` one per object (the weakest order a watch keeps), ``"all"`` one for all."""
+        if rng is None:
+            ready, self.backlog = self.backlog, []
+        else:
+            streams: dict[Any, list[int]] = {}
+            for i, (kind, key, _) in enumerate(self.backlog):
+                streams.setdefault(kind if per == "kind" else key if per == "object" else "", []).append(i)
+            chosen = {i for idx in streams.values() for i in idx[:rng.randint(0, len(idx))]}
+            ready = [e for i, e in enumerate(self.backlog) if i in chosen]
+            self.backlog = [e for i, e in enumerate(self.backlog) if i not in chosen]
+        for kind, key, body in ready:
+            if body is None:
+                self.unindex(kind, key)
+            else:
+                await self.index(kind, body)
+        return len(ready)
 
     # --- kube-scheduler, the kubelet -----------------------------------------------------------
 
