@@ -163,3 +163,16 @@ def test_the_write_bracket_ends_when_the_write_raises():
 
 def test_defaults():
     assert Assumptions().ttl == ASSUME_TTL == 120.0
+
+
+@pytest.mark.parametrize("placed, want, left", [(False, PL, PL), (True, None, None)])
+def test_unless_placed_the_status_wins_and_spends_the_assumption(placed, want, left):
+    """A status that shows a placement drops the assumption for good (a renewed one once outlived
+    the placement it carried and was written for the next attempt with no admission round)."""
+    a = Assumptions(Clock(), TTL)
+    a.assume(J, PL)
+    a.assume(K, PL2)
+    with a.status_write(J):  # even while a write is in flight
+        assert a.unless_placed(J, placed) == want
+    assert a.unless_placed(J, False) == left
+    assert a.assumed_for(K) == PL2  # another job's stays

@@ -317,17 +317,6 @@ class Burst:
             self.check("draining")
 
 
-RENEWED_FOR_GOOD = (
-    "an assumption renewed after a lost answer (training.py:222) outlives the placement it carried: the retry's "
-    "409 keeps it and nothing drops it once the index shows the placement; when the answer of the write that "
-    "stops the gang is lost too (no confirm, training.py:229), the next attempt takes the old assumption as "
-    "admitted (training.py:87) and writes it without any round, onto nodes its old pods still hold")
-
-
-BUG = pytest.mark.xfail(strict=True, raises=AssertionError, reason=RENEWED_FOR_GOOD)
-"""The runtime's known bug makes these fail (strict: once it is fixed, the mark must go)."""
-
-
 def run_burst(monkeypatch: Any, seed: int, steps: int, **kw: Any) -> None:
     """One :class:`Burst` on the fake's clock."""
     burst = Burst(seed, **kw)
@@ -335,12 +324,14 @@ def run_burst(monkeypatch: Any, seed: int, steps: int, **kw: Any) -> None:
     asyncio.run(burst.run(steps=steps))
 
 
-@BUG
 def test_a_lost_answer_leaves_no_assumption_for_the_next_attempt(monkeypatch):
     """A gang of 2 x 4 GPUs on the only node: its placement write's answer is lost (assumption
     renewed), the index shows the placement, the gang runs; rank 0 fails and the answer of the
-    stop (attempt 1, no placement) is lost too. Attempt 1 must wait for a round: it wrote attempt
-    0's assumption instead, its pods pinned beside rank 1 of attempt 0 (30 s grace): (a)."""
+    stop (attempt 1, no placement) is lost too. Attempt 1 must wait for a round. Before the
+    assumption was dropped once the status showed a placement (runtime/training._context,
+    runtime/cache_snapshot.Snapshotter.job_view), the renewed assumption outlived the placement
+    it carried (the retry's 409 kept it) and attempt 1 wrote it with no round, its pods pinned
+    beside rank 1 of attempt 0 (30 s grace): (a)."""
     async def go() -> None:
         burst = Burst(0, nodes=1, jobs=0, workers=1, jitter=0, touch=0.0, lost=0.0, grace=30.0)
         kube, key = burst.kube, (NS, "a")
@@ -379,7 +370,7 @@ SCENARIOS = [  # (the Burst's keywords, seeds); the live burst had 800 gangs on 
     pytest.param(dict(nodes=40, jobs=80, workers=64), 6, id="40-nodes-80-jobs-64-workers"),
     pytest.param(dict(nodes=24, jobs=50, workers=64, per="object", lag=2), 6, id="per-object-watch"),
     pytest.param(dict(nodes=32, jobs=60, workers=64, per="object", lost=0.3, touch=0.3, grace=30.0), 6,
-                 id="lost-answers-conflicts-restarts", marks=BUG),
+                 id="lost-answers-conflicts-restarts"),
 ]
 
 

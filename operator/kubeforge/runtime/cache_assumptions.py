@@ -32,7 +32,9 @@ class Assumptions:
       nothing of that key expires (a service's write is bracketed under :func:`service_key`).
     - Otherwise an assumption expires ``ttl`` seconds after it was made (or renewed), and an
       expired one is dropped when read, not only hidden.
-    - :meth:`confirm` drops a placement once the written status holds it, :meth:`forget` when
+    - :meth:`unless_placed` drops a placement as soon as a job's effective status shows one
+      (the status wins, whatever wrote it); :meth:`confirm` drops it once the written status
+      holds it, :meth:`forget` when
       the write was refused or the job went away, :meth:`renew` keeps it another ``ttl`` when
       the write's answer was lost; :meth:`forget_groups` drops the groups a status now shows.
 
@@ -68,6 +70,19 @@ class Assumptions:
             self._placements.pop(key, None)
             return None
         return entry[0]
+
+    def unless_placed(self, key: Key, placed: bool) -> PlacementRecord | None:
+        """The placement assumed for ``key`` that holds GPUs given the job's effective status:
+        None when that status shows a placement (``placed``: the status wins), and the
+        assumption is dropped then: it was written, or it is stale. One kept after a write whose
+        answer was lost (renewed, then a 409 on the retry) was once taken for the next attempt's
+        admission after a stop whose answer was lost too, and written with no admission round onto
+        nodes the old attempt's pods still held (tests/test_runtime_concurrency.py). Else
+        :meth:`assumed_for`. The one rule the reconcile and the admission snapshot both read."""
+        if placed:
+            self._placements.pop(key, None)
+            return None
+        return self.assumed_for(key)
 
     @contextmanager
     def status_write(self, key: Hashable) -> Iterator[None]:

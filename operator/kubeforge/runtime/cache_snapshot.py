@@ -21,7 +21,9 @@ class Snapshotter:
     Invariants:
 
     - A job's status is the effective one (our own last write until the index shows it), and
-      its assumed placement counts only while that status has none (the status wins).
+      its assumed placement counts only while that status has none (the status wins; the
+      assumption is dropped then: :meth:`Assumptions.unless_placed
+      <kubeforge.runtime.cache_assumptions.Assumptions.unless_placed>`).
     - A job's :class:`~kubeforge.admission.JobView` is reused, the same object, while neither
       the index's record, our own last write nor the assumed placement changed (every round
       asks for every job); a snapshot keeps the views of the jobs it holds and drops the rest.
@@ -45,7 +47,7 @@ class Snapshotter:
     def job_view(self, rec: TrainingJobRecord) -> JobView:
         """The job as admission sees it (reused while nothing it shows changed)."""
         eff = self.overlay.effective(rec.key, rec)
-        assumed = None if placement_of(eff.status) else self.assumptions.assumed_for(rec.key)
+        assumed = self.assumptions.unless_placed(rec.key, placement_of(eff.status) is not None)
         hit = self._views.get(rec.key)
         if hit is not None and hit.record is eff and hit.assumed is assumed:
             return hit

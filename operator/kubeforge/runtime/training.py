@@ -84,7 +84,7 @@ def _context(rt: Runtime, job: TrainingJobRecord, now: float, terminating: bool 
     key = job.key
     pods = rt.cache.job_pods(key)
     placement = placement_of(job.status)
-    assumed = None if placement else rt.cache.assumptions.assumed_for(key)
+    assumed = rt.cache.assumptions.unless_placed(key, placement is not None)
     if placement is None:
         rt.cache.handoffs.stop_done(key)  # nothing left to preempt
     held = placement or assumed
