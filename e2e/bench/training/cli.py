@@ -50,6 +50,7 @@ import os
 import time
 
 from kubeforge.sim.fleet import load_fleet
+from kubeforge.objects import PLACEMENT_LOST
 
 from e2e.bench.lib.cluster import (
     BLOCK, CLIQUE, Cluster, apply_crds, apply_fleet, component_pid, delete_namespace, down, fleet_capacity,
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = log_lines_since(run.op_log, run.op_log_offset)
         if lines is not None:
             run.extra.update(log_digest(lines))
+            run.extra["placements_lost"] = sum(1 for ln in lines if f": {PLACEMENT_LOST}: " in ln)
         down(run.c, args.keep)
     report(run)
     extra = run.extra

@@ -115,7 +115,9 @@ def _operator_notes(extra: dict) -> None:
           f"Admitted -> first pod created p50 {pct(b, 50):.0f}s p95 {pct(b, 95):.0f}s max {max(b, default=float('nan')):.0f}s")
     print(f"  kubeforge: operator log (this run): {extra.get('log_lines')} lines, {extra.get('log_errors')} "
           f"error/traceback lines, {extra.get('log_warnings')} warnings; operator still running at the end of "
-          f"the phase: {'yes' if extra.get('operator_alive') else 'NO'}")
+          f"the phase: {'yes' if extra.get('operator_alive') else 'NO'}; placements lost (PlacementLost: "
+          f"kube-scheduler would not bind a pod where its gang was placed, e.g. GPUs given twice) "
+          f"{extra.get('placements_lost', '-')}")
     for ln in extra.get("log_samples") or []:
         print(f"    | {ln[:220]}")
 
