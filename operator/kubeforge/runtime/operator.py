@@ -29,17 +29,18 @@ from kubeforge.runtime.training import reconcile_job
 
 log = logging.getLogger("kubeforge")
 
-JOB_WORKERS = 16
+JOB_WORKERS = 64
 """TrainingJob reconciles at once. A reconcile is a few API round trips in a row (its status, its
 pods), each 100-400 ms on a busy API server, so the workers set how fast a burst's pods are
 created: 800 gangs on 1,024 nodes (e2e/README-training-bench.md, issue 31) took create -> all pods
-bound p95 35 s at 16 workers, 13-14 s at 64. It stays 16: at 32 and 64 workers two of those runs
-placed gangs on GPUs already given (kube-scheduler: ``Insufficient nvidia.com/gpu`` on the placed
-node; 8 and 29 placements lost and re-placed after 30 s), which no 16-worker run did; more workers
-wait until that race is found. No more than the client's
-:data:`~kubeforge.runtime.client.MAX_IN_FLIGHT` either: above it the creates queue at the
-client's slots ahead of the urgent lane's admission writes (at 128, created -> Admitted p95
-12.5 s against 3.9 s at 64)."""
+bound p95 35 s at 16 workers, 13-14 s at 64 (kubeforge phase alone). It was 16 again from
+2891359 until the race that 32 and 64 workers exposed was fixed (0ac6cd3: the status overlay
+dropped our write while the watch lagged, and bursts placed gangs on GPUs already given); with
+it fixed, 64 workers: p95 12.6 s alone, 23.6 s after the baseline phase
+against 26.1 s at 16 in the same form, no placement lost, 11-12 ms of operator CPU per placed
+job. No more than the client's :data:`~kubeforge.runtime.client.MAX_IN_FLIGHT` either: above it
+the creates queue at the client's slots ahead of the urgent lane's admission writes (at 128,
+created -> Admitted p95 12.5 s against 3.9 s at 64)."""
 SERVICE_WORKERS = 4
 
 
