@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from fakekube import small_cluster
 from kubeforge.objects import placement_of
 from kubeforge.runtime.admission import admission_round
+from kubeforge.runtime.cache_assumptions import ASSUME_TTL
+from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.training import reconcile_job
 from records import NS, job_body
 
@@ -39,4 +43,51 @@ def test_a_reconcile_with_nothing_to_write_keeps_the_placement_while_the_index_l
         plan = await admission_round(rt, kube.now)
         assert [a.key for a in plan.admit] == []
         assert [w.key for w in plan.wait] == [B]
+    asyncio.run(go())
+
+
+def test_a_lost_answer_is_read_back_so_the_placement_outlives_the_assumption(monkeypatch):
+    """The write that puts ``a``'s placement on record is applied but its answer is lost, and the
+    watch still has not delivered it when the renewed assumption expires (ASSUME_TTL). The
+    reconcile read the job back once after the lost answer: the overlay holds the placement, so
+    ``b`` waits. With the assumption alone ``b`` got the same node (helper-37's property test, 5
+    of 40 seeds with 30 s clock ticks)."""
+    async def go() -> None:
+        kube = await small_cluster(1)
+        kube.use_clock(monkeypatch)
+        rt = kube.rt
+        await kube.client_create("TrainingJob", job_body("a", gpus=8))
+        await admission_round(rt, kube.now)
+        stale = rt.cache.job(A)
+        kube.fail_next.append("lost")
+        with pytest.raises(ApiError):
+            await reconcile_job(rt, A)  # applied, its answer lost
+        assert placement_of(kube.get("TrainingJob", NS, "a")["status"]) is not None
+        kube.stores["kf_jobs"].put(("TrainingJob", NS, "a"), {A: stale})  # the watch lags
+        kube.now += ASSUME_TTL + 1
+        await kube.client_create("TrainingJob", job_body("b", gpus=8))
+        plan = await admission_round(rt, kube.now)
+        assert [a.key for a in plan.admit] == []
+        assert [w.key for w in plan.wait] == [B]
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("bump, kept", [(False, True), (True, False)])
+def test_the_read_back_keeps_only_the_generation_the_write_was_decided_from(bump, kept):
+    """A spec changed meanwhile (a newer generation) is not put in the overlay: the next status
+    would be decided from the old spec and written onto the new one; the watch brings it."""
+    from kubeforge.runtime.training_status import _read_back
+
+    async def go() -> None:
+        kube = await small_cluster(1)
+        await kube.client_create("TrainingJob", job_body("a", gpus=8))
+        job = kube.rt.cache.job(A)
+        body = kube.get("TrainingJob", NS, "a")
+        body["status"] = {"phase": "Running"}
+        if bump:
+            body["metadata"]["generation"] = 2
+        await kube.put("TrainingJob", body)
+        kube.stores["kf_jobs"].put(("TrainingJob", NS, "a"), {A: job})  # the watch lags
+        await _read_back(kube.rt, job)
+        assert (kube.rt.cache.effective(A, job).status.get("phase") == "Running") is kept
     asyncio.run(go())

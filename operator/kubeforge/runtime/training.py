@@ -35,6 +35,7 @@ from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.dra import before_pods, claim_templates, domain_cliques, release_domains
 from kubeforge.runtime.state import Runtime
 from kubeforge.runtime.status_tls import ensure_status_ca
+from kubeforge.runtime.training_status import KIND, write_status
 
 log = logging.getLogger("kubeforge.training")
 RESYNC_SECONDS = 300.0
@@ -44,7 +45,6 @@ scheduling timeouts, restart back-off, a disruption's grace, a wait message's re
 GPU-hours fold), so this only repairs a missed watch event. It was 60 s: in a burst of 800 jobs
 that was a reconcile per job per minute finding nothing to do (controller-runtime's
 ``SyncPeriod`` default is 10 hours)."""
-KIND = "TrainingJob"
 LOGGED_NORMAL_REASONS = (RUNNING, SUCCEEDED, SUSPENDED, RESUMED, SPEC_CHANGED)
 """Normal Events also logged (every Warning is): the steps of a job's life worth a log line."""
 
@@ -150,7 +150,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
     plan = plan_training(job, _context(rt, job, now, terminating))
     rt.cache.held_events.hold(key, plan.events, now)
-    if not await _write_status(rt, job, plan, now):
+    if not await write_status(rt, job, plan, now):
         rt.cache.held_events.drop(key)
         return 1.0
     # The Events narrate the status just written: posted before the pods are touched, so a
@@ -195,45 +195,6 @@ def _count_restart(plan: TrainingPlan) -> None:
         metrics.FAILURE_RESTARTS.inc()
     elif plan.restart is RestartCause.STARTUP:
         metrics.STARTUP_FAILURES.labels(reason=plan.startup_failure or "Unknown").inc()
-
-
-async def _write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, now: float) -> bool:
-    """Write the plan's status (with ``observedGeneration``, only onto the version decided
-    from); False when the job changed meanwhile (409: decide again on the newer version)."""
-    key = job.key
-    cache = rt.cache
-    if plan.status is None:
-        if plan.forget_assumed:
-            cache.assumptions.forget(key)
-        return True
-    patch = dict(plan.status)
-    patch["observedGeneration"] = job.generation
-    with cache.assumptions.status_write(key):  # the assumed placement must not expire while it is being written
-        try:
-            written = await rt.client.patch_status(KIND, key[0], key[1], patch, resource_version=job.resource_version)
-        except ApiError as e:
-            if e.code == 409:
-                return False
-            if not e.transient:  # 422 from a status the schema refuses: a bug of ours, say it once per key
-                log.error("trainingjob %s/%s: status write refused: %s", key[0], key[1], e)
-                cache.assumptions.forget(key)
-                return False
-            if patch.get("placement"):
-                cache.assumptions.renew(key)  # no answer: the placement may be on record already
-            raise
-    if written is None:  # the job was deleted meanwhile: nothing to create for it
-        cache.assumptions.forget(key)
-        return False
-    cache.remember(key, written)
-    if plan.forget_assumed:
-        cache.assumptions.confirm(key)
-    if plan.wrote_wait:
-        cache.handoffs.wait_written(key, now)
-    if "attempt" in patch or "placement" in patch:
-        cache.handoffs.clear_create_error(key)
-    if "attempt" in patch:
-        cache.handoffs.stop_done(key)  # the stop is on record
-    return True
 
 
 async def _apply(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> None:
