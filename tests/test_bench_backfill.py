@@ -106,7 +106,7 @@ def test_the_targets_compare_backfill_with_each_baseline(capsys):
     cli.report(cli.parse_args([]), results, {"L000": T0, "s00000": T0})
     out = capsys.readouterr().out
     assert "p95 <= 0.3 x BestEffortFIFO's: 17 vs 100 min (0.17x) -> met" in out
-    assert "79.0% vs 80.0% (+1.0 points lower) -> met" in out
+    assert "79.0% vs 80.0% (1.0 points lower) -> met" in out
     assert "0 of 1 do -> met" in out
 
 
@@ -125,3 +125,8 @@ def test_the_gang_log_follows_each_large_gang_through_the_real_core():
     started = sorted(n for n in r.large if r.waits[n] is not None)
     assert started and all(f" {n} STARTED on ['b0']" in text for n in started)
     assert all(log.bound[n] >= 0 for n in log.bound) and set(log.bound) <= r.large
+
+
+@pytest.mark.parametrize("pts, words", [(4.7, "4.7 points lower"), (-4.7, "4.7 points higher"), (0.01, "the same")])
+def test_utilisation_points_in_words(pts, words):
+    assert cli._points(pts) == words
