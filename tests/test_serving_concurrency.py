@@ -1,0 +1,283 @@
+"""Concurrency property of the runtime that ships, for InferenceService replica groups beside
+TrainingJob gangs: many reconciles of both kinds in flight at once, admission rounds between
+their awaits, watches that lag behind the writes, lost answers and conflicting edits.
+
+Admission places a serving replica group as an assumption (``Assumptions.assume_group``,
+runtime/admission.py) and queues the service; ``reconcile_service`` (runtime/inference.py)
+writes ``status.groups`` with no resourceVersion precondition, forgets the assumptions the
+write carried and creates the group's pods. The ledger (admission/_ledger.py) counts a
+group through the status the index (and our overlay) shows, else through its assumption.
+
+:class:`ServingBurst` extends :class:`test_runtime_concurrency.Burst` (its work queue,
+jittery client, lagged delivery, lost answers, touches) with a second work queue for
+``rt.services`` (:class:`Lane`), services of 1-node groups (2 or 4 GPUs) and 2-node groups
+(tensor 4 x pipeline 2), scaling by ``spec.minReplicas``/``maxReplicas`` edits, failing
+service pods (a group restart). Invariants after every step: (a) no node's bound + pinned
+pods exceed its GPUs; (b) the job placements plus the holding service groups the API server
+keeps promise no node more than it has; (c) after every round, the operator's own ledger
+of that round promises no node more than it has.
+
+Found (strict xfails below): a group released (scale-down, a restart's old attempt, a stale
+group) while the pod watch has not shown the pods the last reconcile created. The plan deletes
+only the pods the index shows (serving/_group.py ``delete_live``, serving/_service.py
+``stale_pods``) and drops the group from ``status.groups`` at once (serving/_service.py:88-89,
+``scale``); the overlay shows the drop, so no ledger counts the group, and the pod index shows
+no pod of it: the next round gives GPUs the still-running (or just-bound) pods hold. 10 of 90
+seeds of the three bursts failed so, none once ``reconcile_service`` waited for its pod creates
+to be observed (``cache.expectations.pending_creates``) before planning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import builders
+from kubeforge.objects import groups_of
+from kubeforge.runtime.admission import admission_round
+from kubeforge.runtime.client import ApiError
+from kubeforge.runtime.inference import reconcile_service
+from kubeforge.runtime.training import reconcile_job
+from records import GPU, NS, job_body, submitted
+from test_runtime_concurrency import TERMINAL, Burst
+
+pytestmark = pytest.mark.filterwarnings("ignore:coroutine '.*' was never awaited:RuntimeWarning")
+
+SHAPES = ("2", "4", "4x2")  # GPUs of a 1-node group; tensor 4 x pipeline 2 (2 nodes of 4)
+
+
+def service_body(name: str, replicas: int, shape: str) -> dict:
+    """An InferenceService of ``replicas`` groups of ``shape``, its count pinned by min = max
+    (the metric URL is refused, so the autoscaler holds the count)."""
+    svc = (builders.InferenceService(name).ns(NS)
+           .spec(minReplicas=replicas, maxReplicas=replicas, drainSeconds=0,
+                 autoscaling={"prometheusURL": "http://127.0.0.1:1"})
+           .template({"spec": {"containers": [{"name": "vllm", "image": "v:1", "command": ["vllm", "serve", "m"]}]}}))
+    if shape == "4x2":
+        svc.gpus(None).spec(parallelism={"tensor": 4, "pipeline": 2}).topology("Preferred")
+    else:
+        svc.gpus(int(shape))
+    return submitted(svc.body())
+
+
+class Lane:
+    """The operator's work queue of one kind (one reconcile per key at a time, an urgent lane,
+    at most ``workers`` in flight), what the runtime calls on ``rt.services``."""
+
+    def __init__(self, burst: "ServingBurst", workers: int):
+        self.burst, self.workers = burst, workers
+        self.pending: dict[Any, int] = {}
+        self.dirty: dict[Any, int] = {}
+        self.active: dict[Any, asyncio.Task] = {}
+
+    def add(self, key: Any, urgent: bool = False, follow_up: bool = False) -> None:
+        lane = 0 if urgent else 1 if follow_up else 2
+        into = self.dirty if key in self.active else self.pending
+        into[key] = min(lane, into.get(key, lane))
+
+    def add_after(self, key: Any, seconds: float) -> None:
+        self.add(key)
+
+    def forget(self, key: Any) -> None:
+        self.pending.pop(key, None)
+        self.dirty.pop(key, None)
+
+    def urgent_waiting(self, besides: Any = None) -> int:
+        return sum(1 for k, lane in self.pending.items() if lane == 0 and k != besides)
+
+    def take(self) -> list:
+        out = sorted(self.pending, key=lambda k: (self.pending[k], k))
+        self.pending.clear()
+        return out
+
+    def dispatch(self) -> None:
+        for key in sorted(self.pending, key=lambda k: (self.pending[k], k)):
+            if len(self.active) >= self.workers:
+                return
+            if key not in self.active:
+                del self.pending[key]
+                self.active[key] = asyncio.ensure_future(self._reconcile(key))
+
+    async def _reconcile(self, key: Any) -> None:
+        try:
+            await reconcile_service(self.burst.kube.rt, key)
+        except ApiError as e:
+            if not e.transient:
+                raise
+            self.burst.log.append(f"reconcile service {key[1]}: {e.reason}, retried")
+            self.pending.setdefault(key, 2)
+        except Exception as e:  # noqa: BLE001 (a bug of the runtime: the next check says so)
+            self.burst.errors.append(f"reconcile service {key[1]} raised {e!r}")
+        finally:
+            del self.active[key]
+            if key in self.dirty:
+                lane = self.dirty.pop(key)
+                self.add(key, urgent=lane == 0, follow_up=lane == 1)
+
+
+class ServingBurst(Burst):
+    """A :class:`Burst` with services: ``services`` of them arrive, get scaled, lose pods."""
+
+    def __init__(self, seed: int, *, services: int, **kw: Any):
+        super().__init__(seed, **kw)
+        self.n_services, self.made = services, 0
+        self.lane = Lane(self, self.workers)
+        self.kube.rt.services = self.lane  # type: ignore[assignment]
+
+    async def step(self, i: int) -> None:
+        """The service's own actions, or one of :class:`Burst`'s; the service lane moves too."""
+        rng, kube = self.rng, self.kube
+        what = rng.choices(["base", "service", "scale", "kill", "svc-dispatch"], [20, 2, 2, 1, 6])[0]
+        if what == "base":
+            await super().step(i)
+            return
+        if what == "service" and self.made < self.n_services:
+            name, self.made = f"s{self.made:02d}", self.made + 1
+            replicas, shape = rng.randint(1, 3), rng.choice(SHAPES)
+            await kube.client_create("InferenceService", service_body(name, replicas, shape))
+            self.log.append(f"service {name}: {replicas} x {shape}")
+        elif what == "scale" and kube.items("InferenceService"):
+            o = rng.choice(kube.items("InferenceService"))
+            o["spec"]["minReplicas"] = o["spec"]["maxReplicas"] = rng.randint(0, 4)
+            o["metadata"]["generation"] += 1
+            await kube.put("InferenceService", o)
+            self.log.append(f"scale {o['metadata']['name']} to {o['spec']['minReplicas']}")
+        elif what == "kill":
+            await self.kill()
+        elif what == "svc-dispatch":
+            if rng.random() < 0.1:  # the resync
+                for o in kube.items("InferenceService"):
+                    self.lane.add((NS, o["metadata"]["name"]))
+            if rng.random() < self.lost:
+                kube.fail_next.append("lost")
+            self.lane.dispatch()
+        for _ in range(rng.randint(0, 6)):
+            await asyncio.sleep(0)
+        self.check(f"step {i} ({what})")
+
+    async def kill(self) -> None:
+        """A running service pod fails (its group restarts)."""
+        pods = [p for p in self.kube.items("Pod") if "kubeforge.io/inference-service" in p["metadata"].get("labels", {})
+                and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        if pods:
+            p = self.rng.choice(pods)
+            p["status"].update(phase="Failed", containerStatuses=[
+                {"name": "vllm", "state": {"terminated": {"exitCode": 1}}}])
+            await self.kube.put("Pod", p)
+            self.log.append(f"pod {p['metadata']['name']} failed")
+
+    def misses(self, n: int) -> None:
+        """(c): the round's own ledger promises no node more than 8 GPUs (and Burst's notes)."""
+        super().misses(n)
+        led = self.kube.rt.cache.ledger(GPU)
+        over = {node: g for node, g in led.per_node.items() if g > 8} if led is not None else {}
+        if over:
+            self.fail_with(f"round {n}: (c) the ledger promises {over}")
+
+    def check(self, when: str) -> None:
+        """(a) and the jobs' (b) of :class:`Burst`, then (b) with the services' holding groups."""
+        super().check(when)
+        promised: dict[str, list[tuple[str, int]]] = {}
+        for o in self.kube.items("TrainingJob"):
+            st = o.get("status") or {}
+            for node in (st.get("placement") or {}).get("nodes", ()) if st.get("phase") not in TERMINAL else ():
+                promised.setdefault(node, []).append((o["metadata"]["name"], o["spec"]["gpusPerReplica"]))
+        for o in self.kube.items("InferenceService"):
+            for g in groups_of(o.get("status") or {}):
+                for node in g.nodes if g.holds else ():
+                    promised.setdefault(node, []).append((f"{o['metadata']['name']}/{g.index}", g.gpus_per_pod))
+        for node, who in promised.items():
+            if sum(g for _, g in who) > 8:
+                self.fail_with(f"{when}: (b) status promises {node} more than 8 GPUs: {who}")
+
+    async def burst(self, steps: int) -> None:
+        """The steps, then both queues run out while the watches catch up."""
+        try:
+            for i in range(steps):
+                await self.step(i)
+            while self.active or self.pending or self.lane.active or self.lane.pending:
+                self.dispatch()
+                self.lane.dispatch()
+                await asyncio.sleep(0)
+                await self.kube.deliver(self.rng, self.per)
+                self.check("draining")
+        finally:
+            for task in self.lane.active.values():
+                task.cancel()
+            await asyncio.gather(*self.lane.active.values(), return_exceptions=True)
+
+
+def run_burst(monkeypatch: Any, seed: int, steps: int, **kw: Any) -> ServingBurst:
+    """One :class:`ServingBurst` on the fake's clock."""
+    burst = ServingBurst(seed, **kw)
+    burst.kube.use_clock(monkeypatch)
+    asyncio.run(burst.run(steps=steps))
+    return burst
+
+
+RELEASED_UNSEEN = ("a group dropped from status.groups while the pods its last reconcile created are not in the "
+                   "pod index yet: nothing deletes them (the plan deletes the pods the index shows) and no ledger "
+                   "counts them until the pod watch shows them; a round gives their GPUs again")
+
+SCENARIOS = [  # the seeds reach a failing one of each (11; 2; 4) while the bug stands
+    pytest.param(dict(nodes=8, jobs=10, services=8, workers=16), 12, id="8-nodes-16-workers"),
+    pytest.param(dict(nodes=12, jobs=16, services=12, workers=64, per="object", lag=2), 6, id="per-object-watch"),
+    pytest.param(dict(nodes=12, jobs=12, services=12, workers=64, per="object", lost=0.3, touch=0.3, grace=30.0),
+                 6, id="lost-answers-conflicts"),
+]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RELEASED_UNSEEN)
+@pytest.mark.parametrize("scenario,n_seeds", SCENARIOS)
+def test_concurrent_service_and_job_reconciles_never_double_book_gpus(monkeypatch, scenario, n_seeds):
+    """(a), (b) and (c) after every step of random bursts of gangs and services. Of 30 seeds
+    each, 4, 4 and 2 failed, all of the class of the test below (none with the creates awaited); once fixed, drop the xfail: a regression guard."""
+    for seed in range(n_seeds):
+        run_burst(monkeypatch, seed, 300, **scenario)
+
+
+async def deliver_but(kube: Any, held: str) -> None:
+    """Deliver every watch event except those of kind ``held`` (that watch lags behind)."""
+    keep = [e for e in kube.backlog if e[0] == held]
+    kube.backlog = [e for e in kube.backlog if e[0] != held]
+    await kube.deliver()
+    kube.backlog = keep + kube.backlog
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RELEASED_UNSEEN)
+def test_a_scale_down_releases_a_group_whose_pods_the_index_has_not_shown(monkeypatch):
+    """One node of 8 GPUs; service s gets a group of 8 GPUs (written, its pod created and bound)
+    while the pod watch lags; s is scaled to 0; gang j of 8 GPUs arrives. The sequence:
+    reconcile_service reads the pods from the index (runtime/inference.py:296: none of s's);
+    ``scale`` (serving/_service.py:88-89) calls ``delete_live`` (serving/_group.py:45-46: deletes
+    only ``ctx.pods``, none) and drops group 0; the write (runtime/inference.py:311) and the
+    overlay (:123) show no group; the round's ledger (admission/_ledger.py:89, 102) counts
+    neither the group nor the pod the index lacks; j is placed on n00 beside s's running pod:
+    (a). The pod is deleted only once the pod watch shows it (``stale_pods``, serving/_service.py:120)."""
+    async def go() -> None:
+        burst = ServingBurst(0, services=0, nodes=1, jobs=0, workers=1, jitter=0, touch=0.0, lost=0.0)
+        kube, key = burst.kube, (NS, "s")
+        kube.use_clock(monkeypatch)
+        await burst.start()
+        await kube.client_create("InferenceService", service_body("s", 1, "8"))
+        await kube.deliver()
+        await reconcile_service(kube.rt, key)  # desiredReplicas 1: a group waits for admission
+        await kube.deliver()
+        await admission_round(kube.rt, kube.now)
+        await reconcile_service(kube.rt, key)  # writes group 0 on n00, creates its pod
+        await kube.kubelet()  # the pod binds and runs; the pod watch has shown none of it
+        o = kube.get("InferenceService", NS, "s")
+        o["spec"]["minReplicas"] = o["spec"]["maxReplicas"] = 0
+        o["metadata"]["generation"] += 1
+        await kube.put("InferenceService", o)
+        await deliver_but(kube, "Pod")
+        await reconcile_service(kube.rt, key)  # drops group 0: no pod of it in the index
+        burst.check("scaled to 0")
+        await kube.client_create("TrainingJob", submitted(job_body("j", replicas=1, gpus=8)))
+        await deliver_but(kube, "Pod")
+        await admission_round(kube.rt, kube.now)
+        await reconcile_job(kube.rt, (NS, "j"))
+        burst.check("j placed")
+    asyncio.run(go())
