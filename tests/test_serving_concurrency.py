@@ -233,7 +233,8 @@ SCENARIOS = [  # the seeds reach a failing one of each (11; 2; 4) while the bug 
 @pytest.mark.parametrize("scenario,n_seeds", SCENARIOS)
 def test_concurrent_service_and_job_reconciles_never_double_book_gpus(monkeypatch, scenario, n_seeds):
     """(a), (b) and (c) after every step of random bursts of gangs and services. Of 30 seeds
-    each, 4, 4 and 2 failed, all of the class of the test below (none with the creates awaited); once fixed, drop the xfail: a regression guard."""
+    each, 4, 4 and 2 failed, all of the class of the test below (none with the creates
+    awaited); once fixed, drop the xfail: a regression guard."""
     for seed in range(n_seeds):
         run_burst(monkeypatch, seed, 300, **scenario)
 
