@@ -252,6 +252,17 @@ async def _autoscale(rt: Runtime, rec: InferenceServiceRecord, mem: ServiceMemor
     return mem.decision, mem.query
 
 
+UNSEEN_CREATES_RECHECK = 0.5
+"""Seconds before a service's reconcile looks again while pods its last reconciles created are not
+in the pod index yet: it decides nothing until they are. Its plan reads the pods from the index,
+so a group released then (a scale-down, a restart's old attempt, a failed group) kept such a pod
+running with none of it deleted, and no ledger counted it until the pod watch showed it: the next
+admission round gave its GPUs again (tests/test_serving_concurrency.py, helper-38). The wait
+comes before the invalid-spec path too, which releases the groups the same way. The Job
+controller waits for its
+expectations the same way (``SatisfiedExpectations``); an expectation never seen is dropped
+after :data:`~kubeforge.runtime.cache_expectations.EXPECTATION_TTL`."""
+
 async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     """One step of one InferenceService; returns seconds until it wants another look."""
     await rt.ready.wait()
@@ -270,6 +281,8 @@ async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     if await _being_deleted(rt, key):
         return None
     books = service_key(key)  # its entries in the books TrainingJobs use too
+    if cache.expectations.pending_creates(books):
+        return UNSEEN_CREATES_RECHECK  # see its docstring: decided now, pods no ledger counts could stay
     rec = cache.effective(books, rec)
     now = time.time()
     mem = cache.service_memory(key, ServiceMemory)
