@@ -86,35 +86,18 @@ for _verb in ("create", "delete", "get", "patch", "apply"):
     setattr(JitteryClient, _verb, _jittered(_verb))
 
 
-class Burst:
-    """One scenario: the cluster, the operator's work queue for TrainingJobs (``rt.jobs``), the
-    reconciles in flight, and the world's actions; :meth:`check` asserts (a) and (b)."""
+class Lane:
+    """The operator's work queue of one kind (``WorkQueue``'s contract: one reconcile per key at a
+    time, a key queued while it runs runs once more after in its most urgent lane, the urgent,
+    follow-up and normal lanes, at most ``workers`` in flight), driving ``reconcile(rt, key)``.
+    What a reconcile raises goes to ``sink.log`` (a transient API error, retried) or
+    ``sink.errors`` (anything else: a bug the next check reports); ``what`` prefixes the lines."""
 
-    def __init__(self, seed: int, *, nodes: int, jobs: int, workers: int, per: str = "kind",
-                 jitter: int = 4, touch: float = 0.05, lost: float = 0.02, fail: float = 0.3,
-                 lag: int = 4, grace: float = 0.0, ticks: tuple[float, ...] = (0.1, 0.5, 1.0)):
-        """``per``: the watch streams (:meth:`FakeKube.deliver`); ``jitter``: the most yields
-        before and after a call; ``touch``: the chance of a conflicting edit before a status
-        write; ``lost``: the chance that a dispatch arms a lost answer; ``fail``: the chance that
-        a finishing gang fails (else it succeeds); ``lag``: the weight of a watch delivery among
-        the steps (lower: the watches lag more); ``grace``: a pod deletion's seconds; ``ticks``:
-        how far the clock moves at a time (far below ASSUME_TTL over a run)."""
-        self.rng = random.Random(seed)
-        self.seed, self.nodes, self.n_jobs, self.workers, self.per = seed, nodes, jobs, workers, per
-        self.lost, self.fail, self.lag, self.ticks = lost, fail, lag, ticks
-        self.kube = FakeKube(NOW, grace=grace)
-        self.kube.rt.client = JitteryClient(self.kube, self.rng, jitter, touch)  # type: ignore[assignment]
-        self.kube.rt.jobs = self  # type: ignore[assignment]
+    def __init__(self, sink: Any, reconcile: Any, workers: int, what: str = "") -> None:
+        self.sink, self.reconcile, self.workers, self.what = sink, reconcile, workers, what
         self.pending: dict[Any, int] = {}  # key -> lane (0 urgent, 1 follow-up, 2 normal)
         self.dirty: dict[Any, int] = {}    # keys queued while their reconcile runs
         self.active: dict[Any, asyncio.Task] = {}
-        self.submitted = 0
-        self.rounds = 0
-        self.log: list[str] = []
-        self.missed: list[str] = []  # placements on record that a round's snapshot did not hold
-        self.errors: list[str] = []  # what a reconcile raised that the work queue would not retry
-
-    # --- the work queue (what the runtime calls on rt.jobs) -----------------------------------
 
     def add(self, key: Any, urgent: bool = False, follow_up: bool = False) -> None:
         """WorkQueue.add: a key being reconciled runs once more after (its most urgent lane)."""
@@ -148,19 +131,47 @@ class Burst:
 
     async def _reconcile(self, key: Any) -> None:
         try:
-            await reconcile_job(self.kube.rt, key)
+            await self.reconcile(self.sink.kube.rt, key)
         except ApiError as e:
             if not e.transient:
                 raise
-            self.log.append(f"reconcile {key[1]}: {e.reason}, retried")
+            self.sink.log.append(f"reconcile {self.what}{key[1]}: {e.reason}, retried")
             self.pending.setdefault(key, 2)
         except Exception as e:  # noqa: BLE001 (a bug of the runtime: the next check says so)
-            self.errors.append(f"reconcile {key[1]} raised {e!r}")
+            self.sink.errors.append(f"reconcile {self.what}{key[1]} raised {e!r}")
         finally:
             del self.active[key]
             if key in self.dirty:
                 lane = self.dirty.pop(key)
                 self.add(key, urgent=lane == 0, follow_up=lane == 1)
+
+
+class Burst(Lane):
+    """One scenario: the cluster, the operator's work queue for TrainingJobs (``rt.jobs``: this
+    burst is that :class:`Lane`), the reconciles in flight, and the world's actions;
+    :meth:`check` asserts (a) and (b)."""
+
+    def __init__(self, seed: int, *, nodes: int, jobs: int, workers: int, per: str = "kind",
+                 jitter: int = 4, touch: float = 0.05, lost: float = 0.02, fail: float = 0.3,
+                 lag: int = 4, grace: float = 0.0, ticks: tuple[float, ...] = (0.1, 0.5, 1.0)):
+        """``per``: the watch streams (:meth:`FakeKube.deliver`); ``jitter``: the most yields
+        before and after a call; ``touch``: the chance of a conflicting edit before a status
+        write; ``lost``: the chance that a dispatch arms a lost answer; ``fail``: the chance that
+        a finishing gang fails (else it succeeds); ``lag``: the weight of a watch delivery among
+        the steps (lower: the watches lag more); ``grace``: a pod deletion's seconds; ``ticks``:
+        how far the clock moves at a time (far below ASSUME_TTL over a run)."""
+        super().__init__(self, reconcile_job, workers)
+        self.rng = random.Random(seed)
+        self.seed, self.nodes, self.n_jobs, self.per = seed, nodes, jobs, per
+        self.lost, self.fail, self.lag, self.ticks = lost, fail, lag, ticks
+        self.kube = FakeKube(NOW, grace=grace)
+        self.kube.rt.client = JitteryClient(self.kube, self.rng, jitter, touch)  # type: ignore[assignment]
+        self.kube.rt.jobs = self  # type: ignore[assignment]
+        self.submitted = 0
+        self.rounds = 0
+        self.log: list[str] = []
+        self.missed: list[str] = []  # placements on record that a round's snapshot did not hold
+        self.errors: list[str] = []  # what a reconcile raised that the work queue would not retry
 
     async def start(self) -> None:
         """The namespace, the nodes (cliques of 4, blocks of 8) and pool ``p``; then the lag."""

@@ -4,7 +4,7 @@ their awaits, watches that lag behind the writes, lost answers and conflicting e
 
 :class:`ServingBurst` extends :class:`test_runtime_concurrency.Burst` (its work queue,
 jittery client, lagged delivery, lost answers, touches) with a second work queue for
-``rt.services`` (:class:`Lane`), services of 1-node groups (2 or 4 GPUs) and 2-node groups
+``rt.services`` (:class:`test_runtime_concurrency.Lane`), services of 1-node groups (2 or 4 GPUs) and 2-node groups
 (tensor 8 x pipeline 2), scaling by ``spec.minReplicas``/``maxReplicas`` edits, failing
 service pods (a group restart). Invariants after every step: (a) no node's bound + pinned
 pods exceed its GPUs; (b) the job placements plus the holding service groups the API server
@@ -33,12 +33,11 @@ import pytest
 import builders
 from kubeforge.objects import groups_of
 from kubeforge.runtime.admission import admission_round
-from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.training import reconcile_job
 from fakekube import pinned_node, requests
 from records import GPU, NS, job_body, submitted
-from test_runtime_concurrency import TERMINAL, Burst
+from test_runtime_concurrency import TERMINAL, Burst, Lane
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine '.*' was never awaited:RuntimeWarning")
 
@@ -59,68 +58,13 @@ def service_body(name: str, replicas: int, shape: str) -> dict:
     return submitted(svc.body())
 
 
-class Lane:
-    """The operator's work queue of one kind (one reconcile per key at a time, an urgent lane,
-    at most ``workers`` in flight), what the runtime calls on ``rt.services``."""
-
-    def __init__(self, burst: "ServingBurst", workers: int):
-        self.burst, self.workers = burst, workers
-        self.pending: dict[Any, int] = {}
-        self.dirty: dict[Any, int] = {}
-        self.active: dict[Any, asyncio.Task] = {}
-
-    def add(self, key: Any, urgent: bool = False, follow_up: bool = False) -> None:
-        lane = 0 if urgent else 1 if follow_up else 2
-        into = self.dirty if key in self.active else self.pending
-        into[key] = min(lane, into.get(key, lane))
-
-    def add_after(self, key: Any, seconds: float) -> None:
-        self.add(key)
-
-    def forget(self, key: Any) -> None:
-        self.pending.pop(key, None)
-        self.dirty.pop(key, None)
-
-    def urgent_waiting(self, besides: Any = None) -> int:
-        return sum(1 for k, lane in self.pending.items() if lane == 0 and k != besides)
-
-    def take(self) -> list:
-        out = sorted(self.pending, key=lambda k: (self.pending[k], k))
-        self.pending.clear()
-        return out
-
-    def dispatch(self) -> None:
-        for key in sorted(self.pending, key=lambda k: (self.pending[k], k)):
-            if len(self.active) >= self.workers:
-                return
-            if key not in self.active:
-                del self.pending[key]
-                self.active[key] = asyncio.ensure_future(self._reconcile(key))
-
-    async def _reconcile(self, key: Any) -> None:
-        try:
-            await reconcile_service(self.burst.kube.rt, key)
-        except ApiError as e:
-            if not e.transient:
-                raise
-            self.burst.log.append(f"reconcile service {key[1]}: {e.reason}, retried")
-            self.pending.setdefault(key, 2)
-        except Exception as e:  # noqa: BLE001 (a bug of the runtime: the next check says so)
-            self.burst.errors.append(f"reconcile service {key[1]} raised {e!r}")
-        finally:
-            del self.active[key]
-            if key in self.dirty:
-                lane = self.dirty.pop(key)
-                self.add(key, urgent=lane == 0, follow_up=lane == 1)
-
-
 class ServingBurst(Burst):
     """A :class:`Burst` with services: ``services`` of them arrive, get scaled, lose pods."""
 
     def __init__(self, seed: int, *, services: int, **kw: Any):
         super().__init__(seed, **kw)
         self.n_services, self.made = services, 0
-        self.lane = Lane(self, self.workers)
+        self.lane = Lane(self, reconcile_service, self.workers, what="service ")
         self.kube.rt.services = self.lane  # type: ignore[assignment]
 
     async def step(self, i: int) -> None:
