@@ -8,10 +8,9 @@ one after another on indexes fed inside the write; here:
 
 - :class:`JitteryClient` yields to the event loop a random number of times before and after
   applying each call (the answer of a status write comes back after other tasks ran);
-- :class:`Burst` keeps the work queue (one reconcile per key at a time, its lanes, at most
-  ``workers`` at once) and, between steps, runs admission rounds, the scheduler and kubelet,
-  delivers a random prefix of each watch stream (``FakeKube.lagging``), completes or fails
-  gangs, and injects lost answers and conflicting edits (a 409 for the older version).
+- :class:`Burst` is the work queue (:class:`Lane`) and, between steps, runs admission rounds,
+  the scheduler and kubelet, delivers a random prefix of each watch stream (``FakeKube.lagging``),
+  completes or fails gangs, injects lost answers and conflicting edits (a 409 for the older one).
 
 Invariants, after every step: (a) on no node do the live pods bound there plus those pinned
 there and not yet bound request more ``nvidia.com/gpu`` than it has; (b) on no node do the
@@ -86,12 +85,21 @@ for _verb in ("create", "delete", "get", "patch", "apply"):
     setattr(JitteryClient, _verb, _jittered(_verb))
 
 
+def job_promises(kube: FakeKube) -> dict[str, list[tuple[str, int]]]:
+    """node -> ``(job, GPUs a rank)`` of each unfinished TrainingJob's placement on record ((b))."""
+    promised: dict[str, list[tuple[str, int]]] = {}
+    for o in kube.items("TrainingJob"):
+        st = o.get("status") or {}
+        for n in (st.get("placement") or {}).get("nodes", ()) if st.get("phase") not in TERMINAL else ():
+            promised.setdefault(n, []).append((o["metadata"]["name"], o["spec"]["gpusPerReplica"]))
+    return promised
+
+
 class Lane:
     """The operator's work queue of one kind (``WorkQueue``'s contract: one reconcile per key at a
-    time, a key queued while it runs runs once more after in its most urgent lane, the urgent,
-    follow-up and normal lanes, at most ``workers`` in flight), driving ``reconcile(rt, key)``.
-    What a reconcile raises goes to ``sink.log`` (a transient API error, retried) or
-    ``sink.errors`` (anything else: a bug the next check reports); ``what`` prefixes the lines."""
+    time, a key queued while it runs runs again after, urgent / follow-up / normal lanes, at most
+    ``workers`` in flight) driving ``reconcile(rt, key)``; what it raises goes to ``sink.log``
+    (transient, retried) or ``sink.errors`` (a bug the next check reports)."""
 
     def __init__(self, sink: Any, reconcile: Any, workers: int, what: str = "") -> None:
         self.sink, self.reconcile, self.workers, self.what = sink, reconcile, workers, what
@@ -147,9 +155,8 @@ class Lane:
 
 
 class Burst(Lane):
-    """One scenario: the cluster, the operator's work queue for TrainingJobs (``rt.jobs``: this
-    burst is that :class:`Lane`), the reconciles in flight, and the world's actions;
-    :meth:`check` asserts (a) and (b)."""
+    """One scenario: the cluster, the TrainingJob work queue (``rt.jobs``: this :class:`Lane`),
+    the reconciles in flight and the world's actions; :meth:`check` asserts (a) and (b)."""
 
     def __init__(self, seed: int, *, nodes: int, jobs: int, workers: int, per: str = "kind",
                  jitter: int = 4, touch: float = 0.05, lost: float = 0.02, fail: float = 0.3,
@@ -245,9 +252,8 @@ class Burst(Lane):
         self.check(f"step {i} ({what})")
 
     def misses(self, n: int) -> None:
-        """Note each job whose placement is on record while round ``n``'s snapshot held none, or
-        other nodes, for it, with what the operator held of it: the index's version, our last
-        write (the status overlay), the assumed placement (a write not answered yet shows so)."""
+        """Note each job placed on record that round ``n``'s snapshot held elsewhere or not at all,
+        with the operator's view of it: the index's version, the overlay, the assumption."""
         cache = self.kube.rt.cache
         snap = cache.last_round().snapshot
         for o in self.kube.items("TrainingJob"):
@@ -282,13 +288,9 @@ class Burst(Lane):
                 pods[node] = pods.get(node, 0) + requests(p["spec"]).get(GPU, 0)
                 if pods[node] > 8:
                     self.fail_with(f"{when}: (a) pods bound or pinned on {node} ask {pods[node]} GPUs of 8")
-        promised: dict[str, list[tuple[str, int]]] = {}
-        for o in self.kube.items("TrainingJob"):
-            st = o.get("status") or {}
-            for n in (st.get("placement") or {}).get("nodes", ()) if st.get("phase") not in TERMINAL else ():
-                promised.setdefault(n, []).append((o["metadata"]["name"], o["spec"]["gpusPerReplica"]))
-                if sum(g for _, g in promised[n]) > 8:
-                    self.fail_with(f"{when}: (b) placements promise {n} more than 8 GPUs: {promised[n]}")
+        for n, held in job_promises(self.kube).items():
+            if sum(g for _, g in held) > 8:
+                self.fail_with(f"{when}: (b) placements promise {n} more than 8 GPUs: {held}")
 
     def check_settled(self) -> None:
         """Every job finished, placed, or waiting with a reason."""

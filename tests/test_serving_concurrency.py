@@ -37,7 +37,7 @@ from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.training import reconcile_job
 from fakekube import pinned_node, requests
 from records import GPU, NS, job_body, submitted
-from test_runtime_concurrency import TERMINAL, Burst, Lane
+from test_runtime_concurrency import TERMINAL, Burst, Lane, job_promises
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine '.*' was never awaited:RuntimeWarning")
 
@@ -139,11 +139,7 @@ class ServingBurst(Burst):
             on[who[0]] = on.get(who[0], 0) + gpus
             if on[who[0]] > 8:
                 self.fail_with(f"{when}: (a) pods bound or pinned on {who[0]} ask {on[who[0]]} GPUs of 8")
-        promised: dict[str, list[tuple[str, int]]] = {}
-        for o in self.kube.items("TrainingJob"):
-            st = o.get("status") or {}
-            for node in (st.get("placement") or {}).get("nodes", ()) if st.get("phase") not in TERMINAL else ():
-                promised.setdefault(node, []).append((o["metadata"]["name"], o["spec"]["gpusPerReplica"]))
+        promised = job_promises(self.kube)
         for o in self.kube.items("InferenceService"):
             for g in groups_of(o.get("status") or {}):
                 for node in g.nodes if g.holds else ():
