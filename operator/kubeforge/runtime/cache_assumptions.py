@@ -80,7 +80,7 @@ class Assumptions:
         nodes the old attempt's pods still held (tests/test_runtime_concurrency.py). Else
         :meth:`assumed_for`. The one rule the reconcile and the admission snapshot both read."""
         if placed:
-            self._placements.pop(key, None)
+            self.confirm(key)
             return None
         return self.assumed_for(key)
 

@@ -259,9 +259,9 @@ so a group released then (a scale-down, a restart's old attempt, a failed group)
 running with none of it deleted, and no ledger counted it until the pod watch showed it: the next
 admission round gave its GPUs again (tests/test_serving_concurrency.py, helper-38). The wait
 comes before the invalid-spec path too, which releases the groups the same way. The Job
-controller waits for its
-expectations the same way (``SatisfiedExpectations``); an expectation never seen is dropped
-after :data:`~kubeforge.runtime.cache_expectations.EXPECTATION_TTL`."""
+controller waits for its expectations the same way (``SatisfiedExpectations``); an expectation
+never seen is dropped after :data:`~kubeforge.runtime.cache_expectations.EXPECTATION_TTL`."""
+
 
 async def reconcile_service(rt: Runtime, key: Key) -> float | None:
     """One step of one InferenceService; returns seconds until it wants another look."""
