@@ -39,8 +39,9 @@ from pathlib import Path
 
 from kubeforge.admission import QueueingStrategy
 
+from e2e.bench.backfill.bound import Bound, Gang, gangs_first
 from e2e.bench.backfill.replay import Result, simulate
-from e2e.bench.backfill.workload import Mix, load_jobs
+from e2e.bench.backfill.workload import BLOCK, Job, Mix, fleet, load_jobs
 from e2e.bench.lib.plots import NO_MATPLOTLIB, pyplot
 from e2e.bench.lib.replay import T0
 from e2e.bench.lib.source import ROOT
@@ -116,8 +117,43 @@ def _name(row: Row) -> str:
     return row.value if isinstance(row, QueueingStrategy) else row
 
 
-def report(a: argparse.Namespace, results: dict[Row, Result], arrivals: dict[str, float]) -> None:
-    """The table, then the targets for Backfill and for each row with preemption."""
+BOUND_ROW = "Bound: gangs first"
+"""The table's last row: :func:`bound`, no replay."""
+
+
+def bound(jobs: list[Job], nodes: int, need: int) -> Bound:
+    """The large gangs' waits under an ideal policy with perfect foresight and free preemption
+    (:mod:`e2e.bench.backfill.bound`): each gang of ``need`` nodes starts as soon as the other large
+    gangs leave ``need`` nodes of one block of the ``nodes``-node fleet (:func:`fleet`'s blocks)."""
+    per: dict[str, int] = {}
+    for node in fleet(nodes).values():
+        per[node.labels[BLOCK]] = per.get(node.labels[BLOCK], 0) + 1
+    return gangs_first([Gang(j.name, j.arrival, j.work) for j in jobs if j.large], len(per), min(per.values()), need)
+
+
+def _bound_lines(b: Bound, base: dict | None) -> None:
+    """The bound's row: large-gang waits only (it replays nothing)."""
+    print(f"{BOUND_ROW:<22} {b.p(50):>15.0f} {b.p(95):>7.0f} {'-':>15} {'-':>7} {'-':>7} {'-':>9} {'-':>14} {'-':>16} "
+          f"{'-':>10} {'-':>11} {'-':>6}")
+
+
+def _bound_verdict(b: Bound, base: dict | None) -> None:
+    """Whether the bound leaves 0.3x of BestEffortFIFO's large-gang p95 reachable."""
+    how = "" if b.exact else " (gangs in arrival order, not proven minimal)"
+    if not base or not base["large_p95"]:
+        return
+    ok = b.p(95) <= 0.3 * base["large_p95"]
+    print(f"bound: an ideal policy (perfect foresight, free preemption, large gangs first, waiting only for each "
+          f"other){how}: large-gang wait p50 {b.p(50):.0f}, p95 {b.p(95):.0f} min; the bound is {b.p(95):.0f} min = "
+          f"{b.p(95) / base['large_p95']:.2f}x BestEffortFIFO's {base['large_p95']:.0f}; 0.3x "
+          f"({0.3 * base['large_p95']:.0f} min) is {'' if ok else 'NOT '}reachable in this mix"
+          + (" (the gangs' own queueing does not forbid it)" if ok else " (the gangs queue behind each other)"))
+
+
+def report(a: argparse.Namespace, results: dict[Row, Result], arrivals: dict[str, float],
+           floor: Bound | None = None) -> None:
+    """The table (with ``floor``, :func:`bound`, as its last row), then the bound's verdict, then the
+    targets for Backfill and for each row with preemption."""
     horizon = T0 + (a.hours + a.drain_hours) * 3600
     figs = {s: r.figures(horizon, arrivals) for s, r in results.items()}
     print(f"{'strategy':<22} {'large wait p50':>15} {'p95':>7} {'small wait p50':>15} {'p95':>7} {'mean':>7} "
@@ -128,9 +164,13 @@ def report(a: argparse.Namespace, results: dict[Row, Result], arrivals: dict[str
         print(f"{_name(s):<22} {f['large_p50']:>15.0f} {f['large_p95']:>7.0f} {f['small_p50']:>15.1f} "
               f"{f['small_p95']:>7.1f} {f['small_mean']:>7.1f} {f['util']:>9.1%} {f['never']:>14} "
               f"{r.reserved:>16} {r.preemptions:>10} {r.lost_gpu_h:>11.1f} {r.cpu:>6.1f}")
+    base, strict = figs.get(QueueingStrategy.BEST_EFFORT_FIFO), results.get(QueueingStrategy.STRICT_FIFO)
+    if floor is not None:
+        _bound_lines(floor, base)
     print("(waits in minutes, from arrival to first start; a job never started counts until the end of the replay;"
           " GPU-h lost: each preempted job's run since its last checkpoint x its GPUs)")
-    base, strict = figs.get(QueueingStrategy.BEST_EFFORT_FIFO), results.get(QueueingStrategy.STRICT_FIFO)
+    if floor is not None:
+        _bound_verdict(floor, base)
     for s in [QueueingStrategy.BACKFILL] + [s for s in results if not isinstance(s, QueueingStrategy)]:
         if s in figs:
             _targets(a, _name(s), figs[s], results[s], base, strict, arrivals)
@@ -208,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{_name(row)}: {results[row].preemptions} preemptions, {results[row].lost_gpu_h:.1f} GPU-hours lost; "
                   f"victims restarted after {pct(done, 50) / 60 if done else 0:.0f} min (p50), "
                   f"{pct(done, 95) / 60 if done else 0:.0f} (p95), {len(results[row].requeue_waits) - len(done)} never")
-    report(a, results, arrivals)
+    report(a, results, arrivals, bound(jobs, a.nodes, a.large_nodes))
     plot(a.png, results, a.nodes * 8)
     print(ALIBABA_CREDIT)
     if a.live:
