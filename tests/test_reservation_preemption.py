@@ -89,7 +89,8 @@ def test_victims_only_in_the_reserved_domain_and_the_gpus_go_to_the_gang():
 
 
 def test_never_a_job_of_higher_priority():
-    plan, waits = decide(pool(preemptAfterSeconds=600), full(b={"priority": 1}) + [gang(priority=0)])
+    # b on c0 and c on c1 outrank the gang: neither domain can be freed by preemption
+    plan, waits = decide(pool(preemptAfterSeconds=600), full(b={"priority": 1}, c={"priority": 1}) + [gang(priority=0)])
     assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
     same = {n: {"priority": 1} for n in "abcd"}  # (a lower one would be plain priority preemption)
     plan, _ = decide(pool(preemptAfterSeconds=600), full(**same) + [gang(priority=1)])
@@ -99,7 +100,7 @@ def test_never_a_job_of_higher_priority():
 
 def test_never_a_job_younger_than_min_runtime_seconds():
     young = {"since": NOW - 600, "ckpt": None}  # 10 min into its run; the pool's default protects 30
-    plan, waits = decide(pool(preemptAfterSeconds=600), full(b=young) + [gang()])
+    plan, waits = decide(pool(preemptAfterSeconds=600), full(b=young, d=young) + [gang()])  # one in each domain
     assert not plan.preempt and waits["big"].reason == CAPACITY_RESERVED
 
 
@@ -152,9 +153,10 @@ def test_a_gang_that_may_preempt_but_finds_its_domain_protected_holds_all_its_fr
     # reservation's start would backfill the free GPUs of c0-0, and be protected in turn.
     jobs = [running("a1", "c0-0", NOW + 900, ckpt=NOW - 3000, gpus=4),
             running("b", "c0-1", NOW + 1200, since=NOW - 600),
-            running("c", "c1-0", NOW + 1800), running("d", "c1-1", NOW + 2400),
+            running("c", "c1-0", NOW + 1800, since=NOW - 300), running("d", "c1-1", NOW + 2400, since=NOW - 300),
             mk_job("big", replicas=3, gpus=4, topology=REQUIRED, created=NOW - 3000),
             mk_job("fast", gpus=4, created=NOW - 100, maxRunSeconds=600)]
+    # (c1's jobs are younger still: c0 is the domain it may free soonest, at +1200)
     before, _ = decide(pool(), jobs)
     assert [(a.key[1], a.placement.nodes) for a in before.admit] == [("fast", ("c0-0",))]  # backfill
     plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
@@ -169,7 +171,7 @@ def test_a_domain_the_gang_may_never_preempt_keeps_the_plain_reservation_and_its
     # and the job that ends before its start backfills c0-0 as without preemptAfterSeconds.
     jobs = [running("a1", "c0-0", NOW + 900, ckpt=NOW - 3000, gpus=4),
             running("b", "c0-1", NOW + 1200, priority=5),
-            running("c", "c1-0", NOW + 1800), running("d", "c1-1", NOW + 2400),
+            running("c", "c1-0", NOW + 1800, priority=5), running("d", "c1-1", NOW + 2400, priority=5),
             mk_job("big", replicas=3, gpus=4, topology=REQUIRED, created=NOW - 3000),
             mk_job("fast", gpus=4, created=NOW - 100, maxRunSeconds=600)]
     plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
@@ -177,3 +179,44 @@ def test_a_domain_the_gang_may_never_preempt_keeps_the_plain_reservation_and_its
     assert [(a.key[1], a.placement.nodes) for a in plan.admit] == [("fast", ("c0-0",))]
     [r] = plan.reservations
     assert not r.draining
+
+
+def unknown(name: str, node: str, since: float = OLD, gpus: int = 8):
+    """A one-rank job on ``node`` placed at ``since`` that reports nothing and has no time limit."""
+    st = {"phase": "Running", "attempt": 0, "placement": placed("p", [node], admitted_at=since)}
+    return mk_job(name, gpus=gpus, status=st, created=since - 60)
+
+
+def test_a_gang_that_may_preempt_reserves_where_no_end_is_known():
+    # Every job has an unknown end: no reservation can be computed from ends, so before it may
+    # preempt the gang just waits; once it may, the jobs it may stop count as ending now.
+    jobs = [unknown(f"u{i}", n, gpus=4) for i, n in enumerate(["c0-0", "c0-1", "c1-0", "c1-1"])] + [gang()]
+    plan, waits = decide(pool(preemptAfterSeconds=3600), jobs)
+    assert not plan.preempt and not plan.reservations and waits["big"].reason != CAPACITY_RESERVED
+    plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
+    [p] = plan.preempt
+    assert len(p.victims) == 2 and len({n[:2] for n in p.gpus_by_node}) == 1  # two nodes of one domain
+    assert waits["big"].reason == PREEMPTING
+
+
+def test_its_reservation_picks_the_domain_it_can_free_soonest_counting_what_it_may_preempt():
+    # c0 frees first by its ends (+900, +1200) but b there is 10 min into its run (protected until
+    # +1200); c1's jobs are old, smaller than the gang, with unknown ends: it may stop them now.
+    jobs = [running("a", "c0-0", NOW + 900, gpus=4), running("b", "c0-1", NOW + 1200, since=NOW - 600, gpus=4),
+            unknown("c", "c1-0", gpus=4), unknown("d", "c1-1", gpus=4), gang()]
+    plan, waits = decide(pool(preemptAfterSeconds=600), jobs)
+    [p] = plan.preempt
+    assert sorted(v.key[1] for v in p.victims) == ["c", "d"] and sorted(p.gpus_by_node) == ["c1-0", "c1-1"]
+    before, _ = decide(pool(preemptAfterSeconds=3600), jobs)  # not yet: the plain reservation, on c0
+    [r] = before.reservations
+    assert sorted(r.placement.gpus_by_node) == ["c0-0", "c0-1"] and r.start == NOW + 1200
+
+
+def test_stoppable_jobs_end_when_min_runtime_seconds_lets_them():
+    from kubeforge.admission import ending_jobs
+    from records import view
+    jobs = [view(unknown("u", "c0-0", gpus=4)), view(running("y", "c0-1", NOW + 5000, since=NOW - 600, gpus=4)),
+            view(running("k", "c1-0", NOW + 300, gpus=4))]
+    got = ending_jobs(jobs, frozenset(), NOW, 300.0, {jobs[0].key: NOW, jobs[1].key: NOW + 1200})
+    assert [(e - NOW, j.record.name) for e, j in got] == [(0, "u"), (300, "k"), (1200, "y")]
+    assert [j.record.name for _, j in ending_jobs(jobs, frozenset(), NOW, 300.0)] == ["k", "y"]  # u: unknown

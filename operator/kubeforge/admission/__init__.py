@@ -33,6 +33,7 @@ from kubeforge.admission._reservation import (
 )
 from kubeforge.admission._reservation_preemption import (
     FOR_RESERVATION, domain_nodes, hold_all, may_preempt, preempt_after, reservation_candidates, reservation_victims,
+    stoppable_jobs,
 )
 from kubeforge.objects import TERMINAL_JOB_PHASES
 from kubeforge.admission._status import pool_status
@@ -51,7 +52,7 @@ __all__ = [
     "quota_book",
     "QueueingStrategy", "Reservation", "ending_jobs", "expected_end", "own_end", "pool_strategy", "reservation_message",
     "reserve", "FOR_RESERVATION", "domain_nodes", "hold_all", "may_preempt", "preempt_after", "reservation_candidates",
-    "reservation_victims",
+    "reservation_victims", "stoppable_jobs",
     "BLOCKED_UNTIL_SPEC_CHANGES", "TERMINAL_JOB_PHASES", "Admit", "AdmissionMemo", "AdmissionPlan", "JobView", "Ledger",
     "PoolView", "PlaceGroup", "Snapshot", "Wait", "WorkloadKey", "awaiting_admission", "build_ledger",
     "build_ledgers", "candidate_pools", "first_pool_index", "gang_request", "plan_admission",

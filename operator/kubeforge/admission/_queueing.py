@@ -104,11 +104,13 @@ class QueueBook:
 
     def after_wait(self, job: JobView, allowed: Sequence[str], request_in: Callable[[PoolView], GangRequest],
                    taken: Callable[[PoolView], Mapping[str, int]], running: Callable[[str], Sequence[JobView]],
-                   wait):
+                   wait, stoppable: Callable[[PoolView], Mapping[Key, float] | None] = lambda view: None):
         """What a gang that waits for capacity does to the queue: it blocks its StrictFIFO pools,
         and in its Backfill pools with reservations left it asks for one; the soonest wins and
         its wait says so (reason ``CapacityReserved``). Returns the wait to report (``wait`` or
-        the reserved one)."""
+        the reserved one). ``stoppable(view)``: the jobs the gang may preempt for a reservation in
+        that pool and when (:func:`~kubeforge.admission.stoppable_jobs`), or None while it may not
+        (``preemptAfterSeconds``): its reservation counts them as ending then, known end or not."""
         if wait.reason != WAITING_FOR_CAPACITY:
             return wait
         best: Reservation | None = None
@@ -124,7 +126,7 @@ class QueueBook:
                 continue
             self.tried[pool] = self.tried.get(pool, 0) + 1
             got = self._reserve(job, request_in(view), view, self.usable(view, job, taken(view)),
-                                self._ending(pool, running))
+                                self._ending(pool, running, stoppable(view)))
             if got is not None and (best is None or got.start < best.start):
                 best = got
         if best is None:
@@ -162,10 +164,13 @@ class QueueBook:
             return kept
         return best
 
-    def _ending(self, pool: str, running: Callable[[str], Sequence[JobView]]) -> list:
+    def _ending(self, pool: str, running: Callable[[str], Sequence[JobView]],
+                stoppable: Mapping[Key, float] | None = None) -> list:
         """The pool's running gangs with a known end, as the round leaves them so far (those it
-        admitted included), soonest first."""
-        return ending_jobs(running(pool), self.snapshot.preempting, self.now, pool_grace(self.snapshot.pools.get(pool)))
+        admitted included), soonest first; ``stoppable``: those the gang may preempt, ending when
+        it may (:func:`~kubeforge.admission.ending_jobs`)."""
+        return ending_jobs(running(pool), self.snapshot.preempting, self.now, pool_grace(self.snapshot.pools.get(pool)),
+                           stoppable)
 
     def _reserved_nodes(self, pool: str) -> frozenset[str]:
         return frozenset(n for r in self.reservations.get(pool, ()) for n in r.placement.gpus_by_node)

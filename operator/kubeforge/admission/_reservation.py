@@ -16,7 +16,9 @@ that start (*backfill*). Here, in one admission round, pure:
   then (the domain of the level it needs, expected to free soonest) is what is reserved, from the
   end of the last job it waits for (its expected start). A job with neither an ETA nor a time limit
   has an unknown end and is treated as never freeing; a gang that only such jobs could make room
-  for gets no reservation and waits as before. A second reservation of a pool never shares a node
+  for gets no reservation and waits as before (unless it may preempt them for a reservation:
+  :func:`ending_jobs` then counts them as ending when it may,
+  :mod:`kubeforge.admission._reservation_preemption`). A second reservation of a pool never shares a node
   with the first.
 - What a reservation holds now is only what must stay free for it: on each of its nodes, the GPUs
   free now that the jobs ending before its start will not free in time
@@ -161,12 +163,16 @@ def reservation_message(r: Reservation) -> str:
 
 
 def ending_jobs(running: Sequence[JobView], preempting: frozenset[Key], now: float,
-                grace: float) -> list[tuple[float, JobView]]:
+                grace: float, stoppable: Mapping[Key, float] | None = None) -> list[tuple[float, JobView]]:
     """The running gangs of a pool whose end is known, ``(end, job)`` soonest first (a gang being
-    preempted ends ``now``); those with an unknown end are left out."""
+    preempted ends ``now``); those with an unknown end are left out. ``stoppable``: for a gang that
+    may preempt for its reservation, the jobs it may stop and when (unix seconds,
+    :func:`~kubeforge.admission.stoppable_jobs`): each ends then at the latest, known or not."""
     out = []
     for job in running:
         end = now if job.key in preempting else expected_end(job, now, grace)
+        if stoppable and job.key in stoppable:
+            end = stoppable[job.key] if end is None else min(end, stoppable[job.key])
         if end is not None:
             out.append((end, job))
     out.sort(key=lambda e: (e[0], e[1].key))

@@ -11,7 +11,13 @@ with ``Preempted=True`` and the reason :data:`~kubeforge.objects.PREEMPTED_FOR_R
 is nominated the GPUs of its placement):
 
 - only jobs on the nodes of its reservation's domain (the domain of the topology level it needs;
-  a gang with no level: the reserved nodes themselves), and it is placed inside that domain;
+  a gang with no level: the reserved nodes themselves), and it is placed inside that domain.
+  Once the gang may preempt, its reservation counts the jobs it may stop as ending when it may
+  (:func:`stoppable_jobs`: now, or when ``minRuntimeSeconds`` lets them), known end or not, so
+  it lands on the domain it can free soonest. Before this, the reservation counted only the jobs'
+  expected ends: in the backfill bench a gang got none while a block's jobs had unknown ends, and
+  waited on a block it could not free sooner (large-gang wait p95 175 min at
+  ``preemptAfterSeconds`` 3600; with it 88, e2e/README-backfill-bench.md, 2026-11-28);
 - only jobs smaller than the gang (fewer GPUs in all): a reservation is for a gang that smaller
   jobs starve. Without this rule the backfill bench's equal-priority 64-GPU gangs took turns
   preempting each other every ``preemptAfterSeconds`` (a victim waits again, gets the reservation
@@ -53,7 +59,7 @@ from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import QuotaBook
 from kubeforge.admission._reservation import Reservation
 from kubeforge.admission._snapshot import JobView
-from kubeforge.admission._victims import Victim, _select, checkpoint_age, protected
+from kubeforge.admission._victims import Victim, _select, checkpoint_age, protected, run_time
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import PREEMPTED_FOR_RESERVATION, Key, PoolRecord, rank_gpus
 from kubeforge.placement import GangRequest, Placement
@@ -169,3 +175,16 @@ def hold_all(reservation: Reservation, view: PoolView, taken: Mapping[str, int])
         if min(want, free) > held.get(n.name, 0):
             held[n.name] = min(want, free)
     return replace(reservation, held=held, draining=True)
+
+
+def stoppable_jobs(preemptor: JobView, gpus: int, view: PoolView, book: QuotaBook, running: Sequence[JobView],
+                   in_flight: frozenset[Key], now: float) -> dict[Key, float]:
+    """For a gang of ``gpus`` GPUs that may preempt for a reservation in ``view`` (:func:`may_preempt`):
+    every running job of the pool it may stop (:func:`reservation_candidates` on all the pool's
+    nodes, ``minRuntimeSeconds`` aside), with when it may (unix seconds): ``now``, or when the
+    job's run reaches ``minRuntimeSeconds``. Its reservation then counts them as ending by then
+    (:func:`~kubeforge.admission.ending_jobs`), so it lands on the domain that it can free soonest,
+    whether the jobs there have a known end or not."""
+    nodes = frozenset(n.name for n in view.nodes)
+    cands = reservation_candidates(preemptor, gpus, nodes, book, running, in_flight, now, view.resource, protect=False)
+    return {v.key: now + max(0.0, book.min_runtime - run_time(v, now)) for v, _ in cands}

@@ -13,7 +13,9 @@ from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._queueing import QueueBook
 from kubeforge.admission._reservation import QueueingStrategy
-from kubeforge.admission._reservation_preemption import hold_all, may_preempt, only_protected, reservation_victims
+from kubeforge.admission._reservation_preemption import (
+    hold_all, may_preempt, only_protected, reservation_victims, stoppable_jobs,
+)
 from kubeforge.admission._victims import Victim, choose_victims
 from kubeforge.admission._snapshot import JobView, Snapshot, pool_resource
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
@@ -294,10 +296,19 @@ class Round:
         (:meth:`_preempt_for_reservation`)."""
         got = self.queue.after_wait(job, allowed, lambda view: self._request(job, request, view),
                                     lambda view: self.taken[view.resource], lambda pool: self.running.get(pool, ()),
-                                    wait)
+                                    wait, lambda view: self._stoppable(job, request, view, waited))
         if got.reason != CAPACITY_RESERVED:
             return got
         return self._preempt_for_reservation(job, request, waited) or got
+
+    def _stoppable(self, job: JobView, request: GangRequest, view: PoolView, waited: float) -> dict[Key, float] | None:
+        """The jobs ``job`` may stop for a reservation in ``view`` and when
+        (:func:`stoppable_jobs`), or None when it may not preempt there yet (:func:`may_preempt`)."""
+        if not may_preempt(self.snapshot.pools.get(view.name), waited):
+            return None
+        req = self._request(job, request, view)
+        return stoppable_jobs(job, req.gpus, view, self.books[view.name], self.running.get(view.name, ()),
+                              frozenset(self.in_flight), self.now)
 
     def _preempt_for_reservation(self, job: JobView, request: GangRequest, waited: float) -> Preempt | None:
         """The reserved gang preempts the jobs on its reserved domain when its pool's
