@@ -22,7 +22,10 @@ an ETA and who sets ``maxRunSeconds`` is drawn per job) go through
 Printed per strategy: large-gang wait p50 / p95, small-job wait p50 / p95 / mean (minutes),
 GPU utilisation over the arrival window, jobs never started, preemptions and GPU-hours lost; then
 the targets for Backfill and each preemption row: large-gang wait p95 <= 0.3x BestEffortFIFO's,
-utilisation within 3 points of it, and no small job waiting longer than under StrictFIFO. A PNG of busy GPUs and waiting large gangs over time goes
+utilisation within 3 points of it, and no small job waiting longer than under StrictFIFO. The
+table's last row is the bound (:mod:`e2e.bench.backfill.bound`, exact, not a replay): the
+large-gang waits of an ideal policy with perfect foresight and free preemption, and whether 0.3x
+of BestEffortFIFO's p95 is reachable at all in the mix. A PNG of busy GPUs and waiting large gangs over time goes
 to e2e/results/. ``--live`` then runs a smaller version on the local sim cluster, kubeforge's
 operator against the real Kueue (:mod:`e2e.bench.backfill.live`). It measures; it asserts nothing.
 
