@@ -23,6 +23,7 @@ from kubeforge.admission._request import (
     GroupShape, clique_level, group_request, group_shape, multi_node, nvlink_request, own_anti_affinity,
 )
 from kubeforge.admission._quota import UNLISTED, QuotaBook, quota_book
+from kubeforge.admission._running import RunningGangs
 from kubeforge.admission._victims import (
     HIGHER_PRIORITY, QUOTA_RECLAIM, LostWorkBasis, Victim, checkpoint_age, checkpoint_basis, choose_victims,
     eligible_victims, lost_work, preemption_message, run_time,
@@ -49,7 +50,7 @@ __all__ = [
     "AssumedGroup", "GroupShape", "group_request", "group_shape", "own_anti_affinity",
     "HIGHER_PRIORITY", "QUOTA_RECLAIM", "UNLISTED", "Preempt", "QuotaBook", "Victim", "choose_victims", "lost_work", "preemption_message",
     "AdmissionRules", "LostWorkBasis", "WorkLost", "checkpoint_age", "checkpoint_basis", "eligible_victims", "run_time",
-    "quota_book",
+    "quota_book", "RunningGangs",
     "QueueingStrategy", "Reservation", "ending_jobs", "expected_end", "own_end", "pool_strategy", "reservation_message",
     "reserve", "FOR_RESERVATION", "domain_nodes", "hold_all", "may_preempt", "preempt_after", "reservation_candidates",
     "reservation_victims", "stoppable_jobs",

@@ -13,6 +13,7 @@ from kubeforge.admission._request import gang_request, nvlink_request
 from kubeforge.admission._quota import QuotaBook, quota_book
 from kubeforge.admission._queueing import QueueBook
 from kubeforge.admission._reservation import QueueingStrategy
+from kubeforge.admission._running import RunningGangs
 from kubeforge.admission._reservation_preemption import (
     hold_all, may_preempt, only_protected, reservation_victims, stoppable_jobs,
 )
@@ -102,7 +103,7 @@ class Round:
     views: Mapping[str, PoolView]
     taken: dict[str, dict[str, int]] = field(default_factory=dict)
     books: dict[str, QuotaBook] = field(default_factory=dict)
-    running: dict[str, list[JobView]] = field(default_factory=dict)
+    running: dict[str, RunningGangs] = field(default_factory=dict)  # per pool, grouped for the preemption try
     in_flight: set[Key] = field(default_factory=set)
     rules: AdmissionRules = field(default_factory=AdmissionRules)
     reserved_before: Mapping[Key, frozenset[str]] = field(default_factory=dict)
@@ -117,7 +118,7 @@ class Round:
         self.taken = {r: {} for r in self.ledgers}
         for name, pool in self.snapshot.pools.items():
             self.books[name] = quota_book(pool, self.views[name], self.ledgers[pool_resource(pool)])
-            self.running[name] = []
+            self.running[name] = RunningGangs()
         for job in self.snapshot.jobs.values():
             pl = job.placement
             if pl is not None and pl.pool in self.running and job.phase not in TERMINAL_JOB_PHASES:

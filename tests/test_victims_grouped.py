@@ -1,0 +1,193 @@
+"""The preemption try through :class:`kubeforge.admission.RunningGangs` (running gangs grouped by
+namespace, sorted by priority: issue 31, e2e/README-scale-bench.md) finds exactly the victims the
+walk over every running gang found, with the same reasons, in the same order.
+
+The reference is the walk as it was before the grouping (``walk_all`` below, copied from
+``eligible_victims`` at d55403c), on random pools (quotas on and off, teams of several
+namespaces, the unlisted team, borrowing, every ``withinQuota`` / ``reclaimQuota`` /
+``withinQuotaWhileBorrowing``, ``minRuntimeSeconds``), running gangs (priorities, ages, an
+unparsed spec, the preemptor itself) and gangs in flight; then whole rounds with and without the
+grouping decide the same plans.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import replace
+
+import pytest
+
+import builders as b
+import kubeforge.admission._round as round_module
+from kubeforge.admission import (
+    HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, RunningGangs, eligible_victims, plan_admission, run_time,
+)
+from kubeforge.api import PreemptionPolicy
+from records import CLIQUE, NOW, mk_job, mk_node, placed, snapshot, view
+from test_fit_memo import digest
+
+P = PreemptionPolicy
+NAMESPACES = ["a", "b", "c", "d", "e"]
+
+
+def walk_all(preemptor, gpus, book, running, in_flight, now):
+    """``eligible_victims`` before the grouping (d55403c): every running gang, one by one."""
+    spec = preemptor.record.spec
+    team = book.team(preemptor.record.namespace)
+    within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
+    within = book.within_quota
+    if book.borrowed(team) > 0 and book.within_while_borrowing == P.NEVER:
+        within = P.NEVER
+    out = []
+    for v in running:
+        vs = v.record.spec
+        if vs is None:
+            continue
+        vteam = book.team(v.record.namespace)
+        if vteam == team:
+            if within != P.LOWER_PRIORITY or vs.priority >= spec.priority:
+                continue
+            reason = HIGHER_PRIORITY
+        elif within_nominal and book.reclaim != P.NEVER and book.borrowed(vteam) > 0:
+            if book.reclaim != P.ANY and vs.priority >= spec.priority:
+                continue
+            reason = QUOTA_RECLAIM
+        else:
+            continue
+        if v.key == preemptor.key or v.key in in_flight:
+            continue
+        if book.min_runtime and run_time(v, now) < book.min_runtime:
+            continue
+        out.append((v, reason))
+    return out
+
+
+def random_book(rng: random.Random) -> QuotaBook:
+    """Quotas on or off; teams of one or two namespaces, some namespaces in none (``*``)."""
+    book = QuotaBook("p", enabled=rng.random() < 0.75,
+                     within_quota=rng.choice([P.LOWER_PRIORITY, P.NEVER]),
+                     reclaim=rng.choice([P.ANY, P.LOWER_PRIORITY, P.NEVER]),
+                     min_runtime=rng.choice([0.0, 0.0, 600.0, 3600.0]),
+                     within_while_borrowing=rng.choice([P.NEVER, P.LOWER_PRIORITY]))
+    for ns in NAMESPACES:
+        if rng.random() < 0.8:
+            book.team_of[ns] = rng.choice(["t1", "t2", "t3"])
+    for team in ("t1", "t2", "t3", UNLISTED):
+        if team != UNLISTED:
+            book.nominal[team] = rng.choice([0, 8, 16, 32])
+        book.used[team] = rng.choice([0, 4, 8, 16, 24, 40])
+    return book
+
+
+def random_gang(rng: random.Random, name: str, ns: str | None = None):
+    """A running gang: random namespace, priority and age; one in 15 has no parsed spec."""
+    admitted = NOW - rng.choice([30, 300, 900, 3000, 7200])
+    st = {"phase": "Running", "attempt": 0, "placement": placed("p", [f"n{rng.randrange(8)}"], admitted_at=admitted)}
+    rec = mk_job(name, ns=ns or rng.choice(NAMESPACES), priority=rng.randint(-2, 3), gpus=rng.choice([2, 4, 8]),
+                 status=st, created=admitted - 60)
+    if rng.random() < 1 / 15:
+        rec = replace(rec, spec=None)
+    return view(rec)
+
+
+def keyed(victims):
+    return [(v.key, id(v), reason) for v, reason in victims]
+
+
+def test_the_grouped_try_finds_what_the_walk_found():
+    rng = random.Random(31)
+    reasons = {HIGHER_PRIORITY: 0, QUOTA_RECLAIM: 0}
+    empty = 0
+    for case in range(400):
+        book = random_book(rng)
+        running = [random_gang(rng, f"r{i}") for i in range(rng.randint(0, 30))]
+        pre = view(mk_job("w", ns=rng.choice(NAMESPACES), priority=rng.randint(-2, 3)))
+        if running and rng.random() < 0.2:  # the preemptor runs already (a restart): never its own victim
+            running.insert(rng.randrange(len(running)), view(mk_job("w", ns=pre.record.namespace, priority=-3)))
+        in_flight = frozenset(v.key for v in running if rng.random() < 0.15)
+        gpus = rng.choice([1, 4, 8, 16])
+        want = walk_all(pre, gpus, book, running, in_flight, NOW)
+        grouped = RunningGangs(running)
+        assert keyed(eligible_victims(pre, gpus, book, grouped, in_flight, NOW)) == keyed(want), case
+        assert keyed(eligible_victims(pre, gpus, book, running, in_flight, NOW)) == keyed(want), case  # a plain list
+        # Indexed, then grown as a round grows it (an admitted gang appended), then changed otherwise.
+        half = RunningGangs(running[:len(running) // 2])
+        half.groups()
+        for v in running[len(running) // 2:]:
+            half.append(v)
+        assert keyed(eligible_victims(pre, gpus, book, half, in_flight, NOW)) == keyed(want), case
+        if running:  # every change but an append drops the index (a kept one would point at other gangs)
+            half.pop(0)
+            assert keyed(eligible_victims(pre, gpus, book, half, in_flight, NOW)) == \
+                keyed(walk_all(pre, gpus, book, running[1:], in_flight, NOW)), case
+            half.reverse()
+            assert keyed(eligible_victims(pre, gpus, book, half, in_flight, NOW)) == \
+                keyed(walk_all(pre, gpus, book, running[:0:-1], in_flight, NOW)), case
+        if len(running) > 1:
+            half[0] = running[0]
+            assert keyed(eligible_victims(pre, gpus, book, half, in_flight, NOW)) == \
+                keyed(walk_all(pre, gpus, book, running[:1] + running[-2:0:-1], in_flight, NOW)), case
+        for v, reason in want:
+            reasons[reason] += 1
+        empty += not want
+    # The cases reach every rule: both reasons, and tries with nobody to stop.
+    assert min(reasons.values()) > 50 and 50 < empty < 350, (reasons, empty)
+
+
+def test_a_copy_of_running_gangs_has_its_own_index():
+    rng = random.Random(5)
+    gangs = RunningGangs(random_gang(rng, f"r{i}", ns="a") for i in range(6))
+    gangs.groups()
+    twin = copy.copy(gangs)
+    twin.append(random_gang(rng, "extra", ns="b"))
+    assert "b" in twin.groups() and "b" not in gangs.groups()
+    assert isinstance(copy.deepcopy(gangs), RunningGangs) and len(copy.deepcopy(gangs)) == 6
+
+
+def quota_pool(rng: random.Random):
+    quotas = [{"name": "t1", "namespaces": ["a", "b"], "nominalGPUs": rng.choice([16, 32, 48])},
+              {"name": "t2", "namespaces": ["c"], "nominalGPUs": rng.choice([0, 8])}]
+    preemption = {"withinQuota": rng.choice(["LowerPriority", "Never"]),
+                  "reclaimQuota": rng.choice(["Any", "LowerPriority", "Never"]),
+                  "withinQuotaWhileBorrowing": rng.choice(["Never", "LowerPriority"]),
+                  "minRuntimeSeconds": rng.choice([0, 600, 3600])}
+    pool = b.GPUPool("p").levels(("nvlink", CLIQUE)).preemption(preemption)
+    return (pool.quotas(quotas) if rng.random() < 0.7 else pool).record()
+
+
+def crowded(rng: random.Random):
+    """Eight 8-GPU nodes in two cliques, most of them held by running gangs of namespaces a-d (d
+    is in no quota) at random priorities and ages, and 30 waiting gangs that mostly do not fit."""
+    nodes = [mk_node(f"n{i}", labels={CLIQUE: f"c{i // 4}"}) for i in range(8)]
+    jobs = []
+    for i, node in enumerate(nodes):
+        for j, gpus in enumerate(rng.choice([[8], [4, 4], [4], []])):
+            admitted = NOW - rng.choice([300, 1800, 7200])
+            st = {"phase": "Running", "attempt": 0, "placement": placed("p", [node.name], admitted_at=admitted)}
+            jobs.append(mk_job(f"r{i}-{j}", ns=rng.choice("abccdd"), gpus=gpus, priority=rng.randint(-3, 2),
+                               status=st, created=admitted - 60))
+    for i in range(30):
+        jobs.append(mk_job(f"w{i:02d}", ns=rng.choice("aabbcd"), priority=rng.randint(-3, 5), created=NOW - rng.randint(10, 900),
+                           **rng.choice([dict(replicas=1, gpus=8), dict(replicas=1, gpus=4), dict(replicas=2, gpus=8)])))
+    return nodes, jobs
+
+
+def test_rounds_decide_the_same_with_and_without_the_groups(monkeypatch):
+    """Whole rounds (quotas, borrowing, reclaim, minRuntimeSeconds): the plan with the round's
+    :class:`RunningGangs` and with plain lists walked whole are equal, preemptions included."""
+    rng = random.Random(31)
+    reasons: dict[str, int] = {}
+    for _ in range(48):
+        nodes, jobs = crowded(rng)
+        snap = snapshot([quota_pool(rng)], nodes, jobs=jobs)
+        grouped = digest(plan_admission(snap, NOW))
+        with monkeypatch.context() as m:
+            m.setattr(round_module, "RunningGangs", list)
+            walked = digest(plan_admission(snap, NOW))
+        assert grouped == walked
+        for p in grouped["preempt"]:
+            for v in p.victims:
+                reasons[v.reason] = reasons.get(v.reason, 0) + 1
+    # The rounds did preempt, for both reasons: the try was exercised, not only refused.
+    assert reasons.get(HIGHER_PRIORITY, 0) > 5 and reasons.get(QUOTA_RECLAIM, 0) > 5, reasons
