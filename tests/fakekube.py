@@ -100,7 +100,8 @@ class FakeKube:
         applied: the reconcile is cut between its status write and its pods), "lost" (the next
         status write is applied but its answer never comes back), "slow" (the next status write
         that carries a placement takes longer than the Cache's ASSUME_TTL, and an admission round
-        runs meanwhile, as another task of the operator would) and "crash" (the operator process
+        runs meanwhile, as another task of the operator would), "read" (the next GET gets no
+        answer: with "lost", a status write whose read-back fails too) and "crash" (the operator process
         dies at its next pod or claim create, delete or patch, i.e. between a status write and the
         pod calls that follow it: nothing of the call is applied, the process's memory is lost
         and a fresh one starts on the re-listed indexes; the dying reconcile raises

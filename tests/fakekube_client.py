@@ -179,7 +179,8 @@ class FakeClient:
         return True
 
     async def get(self, kind: str, namespace: str | None, name: str | None = None, **query: Any) -> dict | None:
-        self._suffer("-")
+        if self._suffer("read"):
+            raise ApiError(0, "NoResponse", "injected: no answer to the read")
         if name is None:
             return {"items": [copy.deepcopy(o) for o in self.kube.items(kind)
                               if namespace is None or o["metadata"].get("namespace") == namespace]}

@@ -53,17 +53,26 @@ def test_admitted_event_is_posted_although_the_pod_create_fails(monkeypatch):
     asyncio.run(go())
 
 
-def test_admitted_event_waits_out_a_lost_status_write(monkeypatch):
-    """The placement's write lands but its answer is lost: nothing is posted yet (the write
-    may have failed), and the next reconcile, which finds the placement on record and plans no
-    transition, posts the held Event, with the time it was decided."""
+@pytest.mark.parametrize("read_back", [True, False])
+def test_admitted_event_waits_out_a_lost_status_write(monkeypatch, read_back):
+    """The placement's write lands but its answer is lost. Read back, the job shows the write:
+    the Event is posted at once, once. When the read gets no answer either, nothing is posted
+    yet (the write may have failed), and the next reconcile, which finds the placement on record
+    and plans no transition, posts the held Event, with the time it was decided."""
 
     async def go():
         kube = await small_cluster()
         kube.use_clock(monkeypatch)
         await kube.client_create("TrainingJob", submitted(job_body("j", replicas=2, gpus=8)))
         await admission_round(kube.rt, kube.now)
-        kube.fail_next = ["lost"]
+        if read_back:
+            kube.fail_next = ["lost"]
+            await reconcile_job(kube.rt, KEY)
+            assert _reasons(kube, "j") == [(NORMAL, ADMITTED)]
+            await reconcile_job(kube.rt, KEY)
+            assert _reasons(kube, "j") == [(NORMAL, ADMITTED)]
+            return
+        kube.fail_next = ["lost", "read"]
         decided = kube.now
         with pytest.raises(ApiError):
             await reconcile_job(kube.rt, KEY)

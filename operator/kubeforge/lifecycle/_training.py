@@ -30,6 +30,7 @@ from kubeforge.lifecycle._suspend import suspend_policy
 from kubeforge.lifecycle._time_limit import account_run_time, time_limit_policy
 from kubeforge.objects import (
     ADMITTED, INVALID_SPEC, NAMESPACE_TERMINATING, PENDING, TERMINAL_JOB_PHASES, WARNING, TrainingJobRecord, condition,
+    current_attempt, placement_of, worker_pod_name,
 )
 
 
@@ -80,9 +81,27 @@ def plan_training(job: TrainingJobRecord, ctx: TrainingContext) -> TrainingPlan:
     plan = TrainingPlan()
     d = StatusDraft(job, ctx.now)
     _decide(job, ctx, d, plan)
+    plan.delete_pods = sorted(set(plan.delete_pods) | set(_unseen_released(job, ctx, plan)))
     account_run_time(d)  # whichever policy ended the placement, its run counts toward maxRunSeconds
     plan.status = d.result()
     return plan
+
+
+def _unseen_released(job: TrainingJobRecord, ctx: TrainingContext, plan: TrainingPlan) -> list[str]:
+    """The pods of the placement this plan releases that the pod index has never shown, by name
+    (one per rank of the placement: :func:`~kubeforge.objects.worker_pod_name`), to be deleted
+    with the ones it shows. A watch lagging past the expectations' TTL hides pods this process
+    created (a job restarted on its startup timeout because it never saw them); deleted only
+    from the index, they would run on, pinned to nodes no placement holds any more, while the
+    next admission round gave their GPUs again. A name never created costs one 404. Not while
+    the namespace is being deleted (its controller deletes everything)."""
+    old = placement_of(job.status)
+    if not plan.release or old is None or ctx.namespace_terminating:
+        return []
+    attempt = current_attempt(job.status)
+    seen = {p.name for p in ctx.pods}
+    names = (worker_pod_name(job.name, rank, attempt) for rank in range(len(old.nodes)))
+    return [n for n in names if n not in seen]
 
 
 def _decide(job: TrainingJobRecord, ctx: TrainingContext, d: StatusDraft, plan: TrainingPlan) -> None:

@@ -6,6 +6,7 @@ reconcile that changes anything."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from kubeforge.lifecycle import TrainingPlan
 from kubeforge.objects import TrainingJobRecord
@@ -18,7 +19,11 @@ KIND = "TrainingJob"
 
 async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, now: float) -> bool:
     """Write the plan's status (with ``observedGeneration``, only onto the version decided
-    from); False when the job changed meanwhile (409: decide again on the newer version)."""
+    from); False when the job changed meanwhile (409: decide again on the newer version). A write
+    whose answer is lost is read back (:func:`_read_back`): when the job on record shows it, the
+    write counts as answered and the reconcile goes on to the plan's deletes and creates (among
+    them a released placement's pods by name, which only this plan knows: the next one, decided
+    from the released status, does not); otherwise the error is raised for the work queue."""
     key = job.key
     cache = rt.cache
     if plan.status is None:
@@ -39,8 +44,9 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
                 return False
             if patch.get("placement"):
                 cache.assumptions.renew(key)  # no answer: the placement may be on record already
-            await _read_back(rt, job)
-            raise
+            written = await _read_back(rt, job, patch)
+            if written is None:
+                raise
     if written is None:  # the job was deleted meanwhile: nothing to create for it
         cache.assumptions.forget(key)
         return False
@@ -56,16 +62,22 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
     return True
 
 
-async def _read_back(rt: Runtime, job: TrainingJobRecord) -> None:
+async def _read_back(rt: Runtime, job: TrainingJobRecord, patch: dict[str, Any]) -> dict[str, Any] | None:
     """After a status write of ``job`` that got no answer: read the job once and keep what the API
     server holds in the status overlay (it keeps only a newer version than it has), so a placement
     the write did put on record holds its GPUs however long the watch lags; the renewed assumption
     alone would expire after ASSUME_TTL and the placement then look free to the next round. Kept
     only for the generation the write was decided from (a newer spec waits for the watch, so no
-    status decided from the old one is written onto it); nothing when the read fails too."""
+    status decided from the old one is written onto it); nothing when the read fails too.
+
+    Returns the job read when its status holds every field of ``patch`` as written (the write
+    was applied: only this process writes the status), else None."""
     try:
         got = await rt.client.get(KIND, job.namespace, job.name)
     except ApiError:
-        return
-    if got is not None and (got.get("metadata") or {}).get("generation") == job.generation:
-        rt.cache.remember(job.key, got)
+        return None
+    if got is None or (got.get("metadata") or {}).get("generation") != job.generation:
+        return None
+    rt.cache.remember(job.key, got)
+    status = got.get("status") or {}
+    return got if all(status.get(k) == v for k, v in patch.items()) else None
