@@ -32,10 +32,13 @@ class _Group:
     def __init__(self) -> None:
         self.entries: list[tuple[int, int]] = []
 
-    def below(self, bound: int | None) -> Iterable[int]:
-        """Positions of the gangs whose priority is strictly below ``bound`` (all when None)."""
-        entries = self.entries if bound is None else self.entries[:bisect_left(self.entries, (bound,))]
-        return (i for _, i in entries)
+    def below(self, bound: int | None) -> list[tuple[int, int]]:
+        """The entries whose priority is strictly below ``bound`` (all when None); a group is
+        never empty, so its lowest priority answers most tries without a search."""
+        entries = self.entries
+        if bound is None:
+            return entries
+        return [] if entries[0][0] >= bound else entries[:bisect_left(entries, (bound,))]
 
 
 class RunningGangs(list):
@@ -124,8 +127,9 @@ def reachable(running: Sequence[JobView], rule: Rule) -> Iterator[tuple[JobView,
         picks: list[tuple[int, str]] = []
         for ns, group in running.groups().items():
             got = rule(ns)
-            if got is not None:
-                picks.extend((i, got[0]) for i in group.below(got[1]))
+            if got is not None and (entries := group.below(got[1])):
+                reason = got[0]
+                picks.extend((i, reason) for _, i in entries)
         picks.sort()
         return ((running[i], reason) for i, reason in picks)
     return _walk(running, rule)
