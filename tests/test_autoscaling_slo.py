@@ -326,6 +326,48 @@ def test_below_the_kv_usage_that_measures_a_replicas_capacity_the_count_is_held(
     assert quiet.concurrency is None and quiet.held and quiet.needed <= 8, quiet.message
 
 
+def _polls(slo: SLOPolicy, state: AutoscalerState, seconds: float, k: float = 15.0, **kw):
+    """``seconds`` of 5 s SLO decisions on 4 replicas at 20 req/s x 2 s (10 running each) whose
+    KV usage says each holds ``k`` (usage 10 / k), from ``state``; the last sizing."""
+    r = None
+    for i in range(int(seconds // 5)):
+        now = T0 + 5.0 * (i + 1)
+        r = size_for_slo(slo, steady(20.0, 4, k=k, time=now, **kw), state, 4, 32, now)
+        state = r.state
+    return r
+
+
+def test_a_cap_measured_low_once_rises_toward_a_trusted_kv_estimate():
+    """Issue 28's seed-3 day: one replica full of long prompts queued at 5 running, and the
+    cap, a maximum, stayed 5 all day while the KV estimate said 12: the service sized from it
+    was over-provisioned, so no replica queued again to correct it. Now the KV estimate at
+    >= KV_USAGE_TRUSTED usage raises it, by a few percent per poll (noise cannot lift it)."""
+    slo = SLOPolicy(2.0, None, 90.0, 60.0)
+    low = AutoscalerState(concurrency=5.0, queue_sample=(T0, 0.0))
+    one = _polls(slo, low, 5.0)
+    assert 5.0 < one.state.concurrency < 6.0, one.state.concurrency  # one poll: 4 % of the gap
+    later = _polls(slo, low, 600.0)
+    assert later.state.concurrency == pytest.approx(15.0, rel=0.01) and later.concurrency == pytest.approx(15.0, rel=0.01)
+    stuck = size_for_slo(slo, steady(20.0, 4, k=15.0, time=T0 + 5), low, 4, 32, T0 + 5)  # what the cap of 5 asks for
+    assert later.needed < stuck.needed, (later.message, stuck.message)
+    restored = AutoscalerState.from_dict(json.loads(json.dumps(later.state.to_dict())))
+    assert restored.concurrency == later.state.concurrency  # the raised cap survives a round trip
+
+
+def test_a_cap_that_replicas_queue_at_stays_low():
+    """A low cap that replicas keep queueing at (``--max-num-seqs`` binding before the KV cache:
+    the usage says 15, the queue says 5) is not raised, nor is it from a KV estimate below
+    KV_USAGE_TRUSTED; the same service without the queue has its cap raised."""
+    slo = SLOPolicy(2.0, None, 90.0, 60.0)
+    low = AutoscalerState(concurrency=5.0, queue_sample=(T0, 0.0))
+    queueing = _polls(slo, low, 600.0, saturated_running=5.0, waiting=3.0)
+    assert queueing.state.concurrency == 5.0 and queueing.concurrency == 5.0, queueing.message
+    quiet = _polls(slo, low, 600.0, k=33.0)  # usage 0.3: a KV estimate of 33, untrusted
+    assert quiet.state.concurrency == 5.0, quiet.message
+    free = _polls(slo, low, 600.0)
+    assert free.state.concurrency > 10.0, free.message
+
+
 def test_an_idle_service_whose_capacity_was_never_measured_comes_down_to_the_one_request_bound():
     """No KV usage to measure and no replica ever queued: the count is held, but not above what
     one request per replica would need (an upper bound), so 16 idle replicas come down; a busy

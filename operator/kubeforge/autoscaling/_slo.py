@@ -11,11 +11,23 @@ from ._queue_model import MAX_SERVERS, fit_itl, itl_concurrency, replicas_for_wa
 from ._signals import Signals
 from ._state import AutoscalerState
 
-__all__ = ["KV_USAGE_MIN", "SLOSizing", "SLOStatus", "size_for_slo", "slo_status"]
+__all__ = ["CAP_RISE_SECONDS", "KV_USAGE_MIN", "KV_USAGE_TRUSTED", "SLOSizing", "SLOStatus", "size_for_slo", "slo_status"]
 
 #: Least mean KV-cache usage from which ``running / usage`` estimates what a replica holds:
 #: below it the ratio magnifies noise (a replica running one short request).
 KV_USAGE_MIN = 0.05
+#: Least mean KV-cache usage from which ``running / usage`` also raises the remembered cap:
+#: half the cache, so the ratio averages at least half a cache's worth of requests. Measured on
+#: the autoscaling bench's ``--runs day --seed 3`` (2026-11-28): per-replica estimates at
+#: 0.05-0.15 usage spread 4.3-45, at >= 0.5 6.9-18.9, around the same median (12).
+KV_USAGE_TRUSTED = 0.5
+#: Time constant, s, of the cap's rise toward a higher trusted KV estimate: one 5 s poll moves
+#: it by 1 - exp(-5/120) = 4 % of the gap, two minutes of such polls by 63 %, so one noisy
+#: estimate cannot lift it. Chosen on the bench (2026-11-28): raised at once (0 s), the trace's
+#: default point fell from 96.6 % to 95.2 % attainment; 120, 300, 600 s leave it at 96.6 %, and
+#: the seed-3 day (``--cold-start 30``, at commit 5721813) cost 5,307 replica-minutes at 120 s,
+#: 6,133 at 600 s, 8,568 without the rise.
+CAP_RISE_SECONDS = 120.0
 #: Longest gap, in windows, over which the queue's growth since the last decision is trusted.
 _GROWTH_MAX_WINDOWS = 1.0
 
@@ -126,21 +138,37 @@ def _service_time(signals: Signals, state: AutoscalerState) -> tuple[float | Non
     return s, prefill
 
 
-def _concurrency(signals: Signals, state: AutoscalerState) -> tuple[float | None, float | None, float | None]:
+def _concurrency(signals: Signals, state: AutoscalerState,
+                 now: float) -> tuple[float | None, float | None, float | None]:
     """Step 3: ``(k, k_cap, per_replica)``. ``k`` is ``running per replica / KV usage`` (what a
     replica holds when its KV cache is full; only from :data:`KV_USAGE_MIN` usage), capped by
-    ``k_cap``, the most requests seen running on a replica that queues (remembered). The KV
-    estimate is not remembered: one measured at 5-10 % usage is noisy, and sizing a lull with a
-    high one scaled the autoscaling bench's trace down before its bursts (TTFT attainment 96.6 %
-    -> 90.9 % at the same cost); below that usage the count is held (:func:`_unmeasured_capacity`)."""
+    ``k_cap``, the most requests seen running on a replica that queues (remembered, a maximum).
+
+    A remembered cap also rises toward the KV estimate when that is higher, measured at
+    :data:`KV_USAGE_TRUSTED` usage or more while no replica queues, with time constant
+    :data:`CAP_RISE_SECONDS` (the time since the last SLO decision, at most one window).
+    Without that a cap measured once low (one replica full of long prompts) was never raised:
+    a service sized from it is over-provisioned, so no replica queues again (issue 28's seed-3
+    day at commit 5721813: 5 per replica all day against a KV estimate of 12, 2x the
+    replica-minutes). A replica queueing in the same poll measures the limit directly (and
+    ``--max-num-seqs`` binding before the KV cache shows there, not in the usage). The KV
+    estimate does not set a cap where none was seen, nor is it remembered below that usage:
+    one measured at 5-10 % usage is noisy, and sizing a lull with a high one scaled the
+    autoscaling bench's trace down before its bursts (TTFT attainment 96.6 % -> 90.9 % at the
+    same cost); below :data:`KV_USAGE_MIN` the count is held (:func:`_unmeasured_capacity`)."""
     v = signals.value
     replicas = v("replicas") or 0.0
     running = v("running")
     per_replica = running / replicas if running is not None and replicas >= 1 else None  # a count: below 1 is noise
     seen = v("saturated_running")
-    k_cap = max(x for x in (seen, state.concurrency) if x) if (seen or state.concurrency) else None
     kv = v("kv_cache_usage")
     k_kv = per_replica / kv if per_replica and kv is not None and kv >= KV_USAGE_MIN else None
+    cap = state.concurrency
+    if cap and k_kv and k_kv > cap and not seen and kv is not None and kv >= KV_USAGE_TRUSTED:
+        last = state.queue_sample[0] if state.queue_sample is not None else now
+        dt = min(max(now - last, 0.0), signals.window_seconds or 0.0)
+        cap += (k_kv - cap) * -math.expm1(-dt / CAP_RISE_SECONDS)
+    k_cap = max(x for x in (seen, cap) if x) if (seen or cap) else None
     k = min(k_kv, k_cap) if k_kv and k_cap else (k_kv or k_cap)
     return k, k_cap, per_replica
 
@@ -151,7 +179,7 @@ def _measure(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: floa
     ITL bound and TTFT wait budget the counts need; the state remembers the measurements."""
     lam, queued = _arrival_rate(slo, signals, state, now)
     s, prefill = _service_time(signals, state)
-    k, k_cap, per_replica = _concurrency(signals, state)
+    k, k_cap, per_replica = _concurrency(signals, state, now)
     fit_sums, fit_time = state.itl_fit, state.itl_fit_time
     itl = signals.value("itl")
     if per_replica is not None and itl is not None and itl > 0:
