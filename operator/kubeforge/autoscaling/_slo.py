@@ -275,7 +275,9 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     3. **Concurrency per replica** ``k``: ``running per replica / KV usage`` (what a replica
        holds when its KV cache is full), capped by the most requests seen running on a
        replica that queues (``saturated_running``, remembered: ``--max-num-seqs`` when that
-       binds first).
+       binds first); a remembered cap below the KV estimate rises toward it, with time
+       constant :data:`CAP_RISE_SECONDS`, in polls at :data:`KV_USAGE_TRUSTED` usage or more
+       where no replica queues (a cap measured once low is corrected).
     4. **TTFT**: the fewest replicas whose M/M/c wait quantile fits ``ttft - prefill``.
     5. **ITL**: ``ceil(lambda * S / k_itl)`` with ``k_itl`` from the linear ITL fit.
     6. **Tolerance** (the HPA's, on the arrival rate): when ``current`` lies between the
