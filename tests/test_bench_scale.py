@@ -12,7 +12,7 @@ from e2e.bench.lib.traces import ALIBABA_PODS, default_trace
 from e2e.bench.scale import report
 from e2e.bench.scale.cli import parse_args, parse_sizes
 from e2e.bench.scale.memory import proc_status_kib
-from e2e.bench.scale.rounds import ROUNDS, measure
+from e2e.bench.scale.rounds import LATE_PRIORITY, ROUNDS, late_split, measure
 from e2e.bench.scale.workload import BLOCK, CLIQUE, GPU, fleet, gangs, job_views, pool, snapshot
 
 TRACE = default_trace(ALIBABA_PODS)
@@ -61,6 +61,29 @@ def test_measure_runs_the_four_rounds_on_a_tiny_contended_fleet():
     assert row["steady"]["admitted"] == 0  # nothing changed: nothing new fits
 
 
+def test_late_split_takes_an_even_share_and_outranks_every_trace_priority():
+    batch = gangs(TRACE, 100)
+    assert late_split(batch, 0.0) == (batch, [])  # the default: the queue as it was
+    early, late = late_split(batch, 0.1)
+    assert len(late) == 10 and len(early) == 90
+    assert {g.name for g in early} | {g.name.removesuffix("-late") for g in late} == {g.name for g in batch}
+    assert all(g.name.endswith("-late") for g in late)  # a uid of its own: a spec of its own
+    assert len({g.namespace for g in late}) == 8  # every 10th of 16 teams: spread, not one namespace
+    assert all(g.priority == LATE_PRIORITY > max(b.priority for b in batch) for g in late)
+    assert min(g.created for g in late) > max(g.created for g in early)
+
+
+def test_preemptible_rounds_choose_victims_and_the_default_does_not():
+    row = measure(4, 60, TRACE, late_share=0.2)  # 12 late gangs of priority 30 against a full pool
+    assert row["late"] == 12
+    assert row["cold"]["admitted"] + row["cold"]["waiting"] == 48  # the late ones not yet submitted
+    assert row["cold"]["preempting"] == 0
+    for rnd in ("written", "release"):
+        assert row[rnd]["preempting"] > 0 and row[rnd]["victims"] >= row[rnd]["preempting"]
+    plain = measure(4, 60, TRACE)
+    assert plain["late"] == 0 and all(plain[rnd]["victims"] == plain[rnd]["preempting"] == 0 for rnd in ROUNDS)
+
+
 def test_report_arithmetic():
     assert report.exponent(1, 1, 10, 10) == pytest.approx(1.0)
     assert report.exponent(1, 1, 10, 100) == pytest.approx(2.0)
@@ -92,6 +115,10 @@ def test_sizes_flag():
     assert args.size_list == [(8, 10), (16, 10)] and args.memory_jobs == 0
     with pytest.raises(SystemExit):
         parse_args(["--sizes", "8"])
+    assert parse_args([]).preemptible == 0.0 and parse_args(["--preemptible", "0.1"]).preemptible == 0.1
+    for bad in ("-0.1", "1"):
+        with pytest.raises(SystemExit):
+            parse_args(["--preemptible", bad])
 
 
 def test_proc_status_reads_a_kib_field():

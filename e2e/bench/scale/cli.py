@@ -14,7 +14,7 @@ from e2e.bench.lib.source import ROOT
 from e2e.bench.lib.timing import say
 from e2e.bench.lib.traces import ALIBABA_CREDIT, ALIBABA_PODS, add_trace_arg, check_trace
 from e2e.bench.scale import report
-from e2e.bench.scale.rounds import ROUNDS, measure
+from e2e.bench.scale.rounds import LATE_AGE_S, LATE_PRIORITY, ROUNDS, measure
 
 __all__ = ["DEFAULT_SIZES", "main", "parse_args", "parse_sizes"]
 
@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated NODESxJOBS (8-GPU nodes x queued gangs); the first is the baseline the "
                          f"others are compared with (default {DEFAULT_SIZES})")
     ap.add_argument("--seed", type=int, default=7, help="seed of the gang sizes")
+    ap.add_argument("--preemptible", type=float, default=0.0, metavar="SHARE",
+                    help="this share (0-1) of the gangs arrives after the cold round with a priority above every "
+                         "running gang's, so the written and release rounds' tries reach victims (default 0: none)")
     ap.add_argument("--memory-jobs", type=int, default=50_000, help="jobs of the memory runs (0: skip them)")
     ap.add_argument("--memory-nodes", type=int, default=256, help="nodes of the memory runs")
     ap.add_argument("--png", type=Path, default=PNG, help="where the plot goes")
@@ -61,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(str(e))
     if not args.size_list:
         ap.error("--sizes names no size")
+    if not 0.0 <= args.preemptible < 1.0:
+        ap.error("--preemptible is a share in [0, 1)")
     return args
 
 
@@ -86,10 +91,15 @@ def main(argv: list[str] | None = None) -> int:
           f"8-GPU nodes, NVLink domains of 8 nodes, IB blocks of 16 domains; gangs of 1-4 pods from the Alibaba "
           f"trace (read again with the next seed when it runs out), Preferred nvlink, priority from QoS; "
           f"CPU = this process's CPU time in the round; sizes {args.sizes}")
+    if args.preemptible:
+        print(f"--preemptible {args.preemptible:g}: that share of the gangs arrives after the cold round with "
+              f"priority {LATE_PRIORITY} (above every running gang's); the cold round's placements written as made "
+              f"{LATE_AGE_S:.0f} s before (past minRuntimeSeconds); the pool's default preemption (no quotas, "
+              "withinQuota LowerPriority)")
     rows = []
     for nodes, jobs in args.size_list:
         say(f"{nodes} nodes x {jobs} gangs ...")
-        rows.append(measure(nodes, jobs, args.trace, args.seed))
+        rows.append(measure(nodes, jobs, args.trace, args.seed, args.preemptible))
         r = rows[-1]
         say("  " + ", ".join(f"{k} {r[k]['cpu_s']:.2f}s CPU ({r[k]['admitted']} admitted)"
                              for k in ROUNDS))

@@ -45,10 +45,14 @@ def print_rows(rows: Sequence[dict], baseline: dict | None) -> None:
     cols.header()
     cols.row("GPUs / GPUs the queue asks for", [f"{r['gpus']}/{r['gpus_asked']}" for r in rows])
     cols.row("parse the jobs' specs, CPU s (once per job)", [f"{r['parse_cpu_s']:.2f}" for r in rows])
+    if any(r.get("late") for r in rows):
+        cols.row("late gangs (--preemptible), of the queued", [str(r.get("late", 0)) for r in rows])
     for rnd in ROUNDS:
         cols.row(f"{rnd} round CPU s (wall s)", [f"{r[rnd]['cpu_s']:.3f} ({r[rnd]['wall_s']:.2f})" for r in rows])
         cols.row(f"  admitted / waiting / preempting",
                  [f"{r[rnd]['admitted']}/{r[rnd]['waiting']}/{r[rnd]['preempting']}" for r in rows])
+        if any(r.get("late") for r in rows):
+            cols.row("  running gangs they preempt (victims)", [str(r[rnd].get("victims", 0)) for r in rows])
     cols.row("cold round CPU ms per placed job", [f"{per_placed_ms(r):.2f}" for r in rows])
     cols.row(f"  vs target <= {CPU_TARGET_MS:g} ms (whole operator)",
              ["met" if per_placed_ms(r) <= CPU_TARGET_MS else "NOT met" for r in rows])
