@@ -15,15 +15,18 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 import builders as b
 import kubeforge.admission._round as round_module
+import kubeforge.admission._victims as victims_module
 from kubeforge.admission import (
     HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, RunningGangs, eligible_victims, plan_admission, run_time,
 )
 from kubeforge.api import PreemptionPolicy
+from kubeforge.placement import NodeInfo
 from records import CLIQUE, NOW, mk_job, mk_node, placed, snapshot, view
 from test_fit_memo import digest
 
@@ -191,3 +194,52 @@ def test_rounds_decide_the_same_with_and_without_the_groups(monkeypatch):
                 reasons[v.reason] = reasons.get(v.reason, 0) + 1
     # The rounds did preempt, for both reasons: the try was exercised, not only refused.
     assert reasons.get(HIGHER_PRIORITY, 0) > 5 and reasons.get(QUOTA_RECLAIM, 0) > 5, reasons
+
+
+class NoBound(victims_module.SlotBound):
+    """:class:`SlotBound` that lets every placement be tried (the choice before it)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.slots = 10**9
+
+    def change(self, freed, change):
+        pass
+
+    def delta(self, freed, change):
+        return 0
+
+
+def test_rounds_decide_the_same_with_and_without_the_slot_bound(monkeypatch):
+    """The victim choice skips the placements the :class:`SlotBound` rules out (too few slots
+    even with every freed GPU): whole rounds with and without it decide the same plans, and they
+    did preempt. Gangs of 8 GPUs a replica need whole nodes, so many tries are ruled out."""
+    rng = random.Random(32)
+    preempted = 0
+    for _ in range(48):
+        nodes, jobs = crowded(rng)
+        snap = snapshot([quota_pool(rng)], nodes, jobs=jobs)
+        bounded = digest(plan_admission(snap, NOW))
+        with monkeypatch.context() as m:
+            m.setattr(victims_module, "SlotBound", NoBound)
+            tried = digest(plan_admission(snap, NOW))
+        assert bounded == tried
+        preempted += sum(len(p.victims) for p in bounded["preempt"])
+    assert preempted > 10
+
+
+def test_the_slot_bound_counts_what_freed_gpus_make_room_for():
+    """Three 8-GPU nodes, 6, 8 and 12 GPUs held (the over-allocated one counts 0, not less): room for
+    one 2-GPU replica; freeing 4 GPUs on the first adds two; taking them back removes them."""
+    pool = SimpleNamespace(nodes=[NodeInfo(name=n, labels={}, gpus_allocatable=8, gpus_allocated=held)
+                                  for n, held in (("n0", 6), ("n1", 8), ("n2", 12))])
+    bound = victims_module.SlotBound(pool, 2, None, {})
+    assert bound.slots == 1
+    freed: dict[str, int] = {}
+    assert bound.delta(freed, {"n0": 4}) == 2
+    bound.change(freed, {"n0": 4})
+    freed["n0"] = 4
+    assert bound.slots == 3
+    assert bound.delta(freed, {"n0": -4}) == -2
+    assert victims_module.SlotBound(pool, 2, frozenset({"n1"}), {}).slots == 0
+    assert victims_module.SlotBound(pool, 2, None, {"n0": 1}).slots == 0  # taken this round

@@ -189,9 +189,19 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
 
 
 def _fits(request: GangRequest, view: PoolView, taken: Mapping[str, int], freed: Mapping[str, int],
-          only: frozenset[str] | None = None) -> Placement | None:
-    nodes = [replace(n, gpus_allocated=max(0, n.gpus_allocated - freed[n.name])) if freed.get(n.name) else n
-             for n in view.nodes if only is None or n.name in only]
+          only: frozenset[str] | None = None, made: dict | None = None) -> Placement | None:
+    """The gang's placement on ``view`` with ``freed`` GPUs given back per node, or None.
+    ``made``: the nodes rebuilt with their freed GPUs so far, by (name, GPUs freed), reused
+    (one victim search calls this up to about a hundred times, issue 31)."""
+    made = {} if made is None else made
+
+    def rebuilt(n):
+        key = (n.name, freed[n.name])
+        if (got := made.get(key)) is None:
+            got = made[key] = replace(n, gpus_allocated=max(0, n.gpus_allocated - key[1]))
+        return got
+
+    nodes = [rebuilt(n) if freed.get(n.name) else n for n in view.nodes if only is None or n.name in only]
     result = place_gang(request, nodes, view.levels, taken)
     return result if isinstance(result, Placement) else None
 
@@ -271,6 +281,8 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
     chosen: list[Victim] = []
     freed: dict[str, int] = {}
     placement = None
+    bound = SlotBound(view, request.gpus_per_replica, only, taken)
+    made: dict = {}  # nodes rebuilt with freed GPUs, shared by this search's placements
     for v, reason in candidates:
         vteam = book.team(v.record.namespace)
         if reason == QUOTA_RECLAIM and used.get(vteam, 0) <= book.nominal.get(vteam, 0):
@@ -281,17 +293,61 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
             by_node[n] = by_node.get(n, 0) + per
         chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource, cost), by_node,
                              checkpoint_basis(v, now)[1]))
+        bound.change(freed, by_node)
         for n, g in by_node.items():
             freed[n] = freed.get(n, 0) + g
         used[vteam] = used.get(vteam, 0) - sum(by_node.values())
-        placement = _fits(request, view, taken, freed, only)
+        if bound.slots < request.replicas:
+            continue  # cannot fit yet: no placement to try
+        placement = _fits(request, view, taken, freed, only, made)
         if placement is not None:
             break
     if placement is None:
         return None
     for victim in list(reversed(chosen[:-1])):  # keep the fewest: drop any the placement does not need
+        back = {n: -g for n, g in victim.gpus_by_node.items()}
+        if bound.slots + bound.delta(freed, back) < request.replicas:
+            continue  # needed: without it the gang cannot fit
         trial = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
-        if (p := _fits(request, view, taken, trial, only)) is not None:
+        if (p := _fits(request, view, taken, trial, only, made)) is not None:
             chosen.remove(victim)
+            bound.change(freed, back)
             freed, placement = trial, p
     return chosen, placement
+
+
+class SlotBound:
+    """An upper bound of how many replicas of ``gpus`` GPUs the pool's nodes (those of ``only``
+    when given) could hold once ``freed`` GPUs are given back: each node's free GPUs less those
+    ``taken`` this round, as :func:`_fits` and the placement's candidates count them, divided by
+    ``gpus``, summed; other resources, taints and topology ignored (each only lowers what a
+    placement finds; a replica needs its GPUs on one node). A gang of more replicas than
+    :attr:`slots` cannot fit, so :func:`_select` tries no placement for it: each try is
+    :func:`~kubeforge.placement.place_gang` over every node, and a preemption took 87-110 of them
+    at 256 nodes, about half failing (issue 31, e2e/README-scale-bench.md, the rounds that reach
+    victims). O(nodes) once, then O(a victim's nodes) per change.
+
+    Attributes:
+        slots: The bound for the ``freed`` of the last :meth:`change`, replicas.
+    """
+
+    def __init__(self, view: PoolView, gpus: int, only: frozenset[str] | None, taken: Mapping[str, int]):
+        self._gpus = gpus
+        self._taken = taken
+        self._nodes = {n.name: n for n in view.nodes if only is None or n.name in only}
+        self.slots = sum(self._at(n.name, 0) for n in self._nodes.values())
+
+    def _at(self, name: str, freed: int) -> int:
+        n = self._nodes[name]
+        free = n.gpus_allocatable - max(0, n.gpus_allocated - freed) - max(0, self._taken.get(name, 0))
+        return max(0, free) // self._gpus
+
+    def delta(self, freed: Mapping[str, int], change: Mapping[str, int]) -> int:
+        """How :attr:`slots` moves when ``change`` (GPUs by node, negative: taken back) is added
+        to ``freed``."""
+        return sum(self._at(n, freed.get(n, 0) + g) - self._at(n, freed.get(n, 0))
+                   for n, g in change.items() if n in self._nodes)
+
+    def change(self, freed: Mapping[str, int], change: Mapping[str, int]) -> None:
+        """Move :attr:`slots` for ``change`` added to ``freed`` (call before updating ``freed``)."""
+        self.slots += self.delta(freed, change)
