@@ -113,3 +113,16 @@ def test_pools_of_two_shapes_never_share_a_parse_cache_entry():
     small, big = preemption.make_pool(32, 0), preemption.make_pool(64, 0)
     assert small.uid != big.uid
     assert big.spec.quotas[0].nominal_gpus == 64
+
+
+def test_the_nvl72_pool_protects_no_young_run_unless_asked():
+    """The NVL72 bench's rack gangs must run within grace + 10 s, so its pool sets
+    ``minRuntimeSeconds: 0``; ``--min-runtime default`` gives the API's own default."""
+    from e2e.bench.nvl72.cli import parse_args
+    from e2e.bench.nvl72.model import pool_record
+    from kubeforge.api import GPUPoolSpec
+
+    assert parse_args([]).min_runtime == 0
+    assert pool_record(parse_args([]).min_runtime).spec.preemption.min_runtime_seconds == 0
+    api_default = GPUPoolSpec.model_validate({}).preemption.min_runtime_seconds
+    assert pool_record(parse_args(["--min-runtime", "default"]).min_runtime).spec.preemption.min_runtime_seconds == api_default

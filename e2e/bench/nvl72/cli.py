@@ -81,6 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--grace", type=float, default=30.0, help="victims' checkpoint grace period, seconds")
     ap.add_argument("--imex-seconds", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--min-runtime", type=lambda v: None if v == "default" else int(v), default=0,
+                    help="the pool's preemption.minRuntimeSeconds; 'default': the API's (1800 s). 0 by default "
+                         "here: a rack gang must run within grace + 10 s, and any protection of young runs "
+                         "can make it wait for it")
     ap.add_argument("--png", type=Path, default=ROOT / "e2e" / "results" / "nvl72-stranded.png")
     a = ap.parse_args(argv)
     check_trace(ap, a.trace)
@@ -100,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(g.rack for g in gangs)} rack-sized gangs (16 nodes, priority {RACK_PRIORITY}, every "
           f"{a.rack_every_minutes:g} min from {a.rack_start_minutes:g} min) on {a.racks} NVL72 racks "
           f"({a.racks * 18} nodes, {a.racks * 72} GPUs); checkpoint every {a.checkpoint_minutes:g} min, "
-          f"grace {a.grace:g} s, IMEX {a.imex_seconds:g} s")
+          f"grace {a.grace:g} s, IMEX {a.imex_seconds:g} s; the pool's minRuntimeSeconds "
+          f"{'the API default' if a.min_runtime is None else a.min_runtime}")
     rows = []
     for name, rules in (("kubeforge (one clique, least work lost)", None), ("Kueue-like scattered", SCATTERED)):
         t = time.process_time()
-        r = simulate(fresh(gangs), a.racks, a.checkpoint_minutes * 60, a.grace, a.imex_seconds, a.hours * 3600, rules)
+        r = simulate(fresh(gangs), a.racks, a.checkpoint_minutes * 60, a.grace, a.imex_seconds, a.hours * 3600, rules,
+                     a.min_runtime)
         r["cpu"] = time.process_time() - t
         rows.append((name, r))
     print(f"{'case':<40} {'one clique':>11} {'stranded':>14} {'busy':>5} {'queue':>6} {'preempt (by rack)':>18} "

@@ -93,11 +93,15 @@ def load(trace: Path, seed: int, racks: int, hours: float, load_factor: float, m
     return sorted(gangs, key=lambda g: g.arrival), offered
 
 
-def pool_record():
-    """The DRA GPUPool ``nvl72`` record with the ``nvlink`` level on the clique label."""
-    body = {"metadata": {"name": "nvl72", "uid": "pool-1", "generation": 1},
-            "spec": {"deviceAllocation": "DRA", "dra": {"driver": DRIVER},
-                     "topologyLevels": [{"name": "nvlink", "nodeLabel": CLIQUE_LABEL}]}}
+def pool_record(min_runtime: int | None = 0):
+    """The DRA GPUPool ``nvl72`` record with the ``nvlink`` level on the clique label and
+    ``preemption.minRuntimeSeconds`` = ``min_runtime`` (None: the API's default)."""
+    spec = {"deviceAllocation": "DRA", "dra": {"driver": DRIVER},
+            "topologyLevels": [{"name": "nvlink", "nodeLabel": CLIQUE_LABEL}]}
+    if min_runtime is not None:
+        spec["preemption"] = {"minRuntimeSeconds": min_runtime}
+    # a uid per spec: parsed specs are cached by uid and generation (kubeforge.objects._records)
+    body = {"metadata": {"name": "nvl72", "uid": f"pool-minrun-{min_runtime}", "generation": 1}, "spec": spec}
     rec = record_from_k8s(GPUPoolSpec, body)
     assert rec.spec is not None, rec.spec_error
     return rec

@@ -42,12 +42,12 @@ class Replay:
     """The state one replay threads through its rounds (see :func:`simulate`)."""
 
     def __init__(self, gangs: list[Gang], racks: int, ckpt: float, grace: float, imex: float,
-                 rules: AdmissionRules | None) -> None:
+                 rules: AdmissionRules | None, min_runtime: int | None = 0) -> None:
         self.fleet = {f"r{r}-{i:02d}": Node(f"r{r}-{i:02d}", {CLIQUE_LABEL: f"rack{r}"}, allocatable={KEY: 4},
                                             capacity={KEY: 4})
                       for r in range(racks) for i in range(18)}
         self.capacity = 4 * len(self.fleet)
-        self.pool = pool_record()
+        self.pool = pool_record(min_runtime)
         self.gangs, self.ckpt, self.grace, self.imex, self.rules = gangs, ckpt, grace, imex, rules
         self.by_key = {("ml", g.name): g for g in gangs}
         self.memo = AdmissionMemo()
@@ -159,11 +159,12 @@ class Replay:
 
 
 def simulate(gangs: list[Gang], racks: int, ckpt: float, grace: float, imex: float, horizon: float,
-             rules: AdmissionRules | None = None) -> dict:
+             rules: AdmissionRules | None = None, min_runtime: int | None = 0) -> dict:
     """Replay ``gangs`` through :func:`plan_admission` under ``rules`` (None: kubeforge's own),
     one round per event (an arrival, a run's end, a victim's stop, a gang's IMEX daemons up),
-    until ``horizon`` seconds. Returns the figures."""
-    r = Replay(gangs, racks, ckpt, grace, imex, rules)
+    until ``horizon`` seconds, in a pool whose ``minRuntimeSeconds`` is ``min_runtime`` (None:
+    the API's default). Returns the figures."""
+    r = Replay(gangs, racks, ckpt, grace, imex, rules, min_runtime)
     now = T0
     while r.events and now < T0 + horizon:
         now = heapq.heappop(r.events)
