@@ -176,18 +176,24 @@ def crowded(rng: random.Random):
     return nodes, jobs
 
 
-def test_rounds_decide_the_same_with_and_without_the_groups(monkeypatch):
-    """Whole rounds (quotas, borrowing, reclaim, minRuntimeSeconds): the plan with the round's
-    :class:`RunningGangs` and with plain lists walked whole are equal, preemptions included."""
-    rng = random.Random(31)
-    reasons: dict[str, int] = {}
+def rounds_with_and_without(monkeypatch, seed: int, module, name: str, other):
+    """48 random :func:`crowded` rounds (quota pools of :func:`quota_pool`, seeded ``seed``), each
+    planned as the code is and with ``module.name`` replaced by ``other``: the two digests."""
+    rng = random.Random(seed)
     for _ in range(48):
         nodes, jobs = crowded(rng)
         snap = snapshot([quota_pool(rng)], nodes, jobs=jobs)
-        grouped = digest(plan_admission(snap, NOW))
+        plain = digest(plan_admission(snap, NOW))
         with monkeypatch.context() as m:
-            m.setattr(round_module, "RunningGangs", list)
-            walked = digest(plan_admission(snap, NOW))
+            m.setattr(module, name, other)
+            yield plain, digest(plan_admission(snap, NOW))
+
+
+def test_rounds_decide_the_same_with_and_without_the_groups(monkeypatch):
+    """Whole rounds (quotas, borrowing, reclaim, minRuntimeSeconds): the plan with the round's
+    :class:`RunningGangs` and with plain lists walked whole are equal, preemptions included."""
+    reasons: dict[str, int] = {}
+    for grouped, walked in rounds_with_and_without(monkeypatch, 31, round_module, "RunningGangs", list):
         assert grouped == walked
         for p in grouped["preempt"]:
             for v in p.victims:
@@ -214,15 +220,8 @@ def test_rounds_decide_the_same_with_and_without_the_slot_bound(monkeypatch):
     """The victim choice skips the placements the :class:`SlotBound` rules out (too few slots
     even with every freed GPU): whole rounds with and without it decide the same plans, and they
     did preempt. Gangs of 8 GPUs a replica need whole nodes, so many tries are ruled out."""
-    rng = random.Random(32)
     preempted = 0
-    for _ in range(48):
-        nodes, jobs = crowded(rng)
-        snap = snapshot([quota_pool(rng)], nodes, jobs=jobs)
-        bounded = digest(plan_admission(snap, NOW))
-        with monkeypatch.context() as m:
-            m.setattr(victims_module, "SlotBound", NoBound)
-            tried = digest(plan_admission(snap, NOW))
+    for bounded, tried in rounds_with_and_without(monkeypatch, 32, victims_module, "SlotBound", NoBound):
         assert bounded == tried
         preempted += sum(len(p.victims) for p in bounded["preempt"])
     assert preempted > 10
