@@ -32,6 +32,24 @@ ADMISSION_ROUND_SECONDS = Histogram(
     "kubeforge_admission_round_duration_seconds", "Duration of one admission round (snapshot, plan, apply), seconds.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+WATCH_EVENT_DELAY = Histogram(
+    "kubeforge_watch_event_delay_seconds",
+    "Seconds from an object's metadata.creationTimestamp (1 s resolution) to the operator's first sight of it "
+    "through its watch; objects created after the operator started only.", ["resource"],
+    buckets=(0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 30, 60),
+)
+ADMISSION_WAIT_TIME = Histogram(
+    "kubeforge_admission_wait_time_seconds",
+    "Seconds from the operator's first sight of a waiting gang (or its requeue) to the admission round that "
+    "admits it (Kueue's kueue_admission_wait_time_seconds).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30, 60, 300, 1800, 7200),
+)
+ADMISSION_WRITE_DELAY = Histogram(
+    "kubeforge_admission_write_delay_seconds",
+    "Seconds from the admission round's decision to the status write that puts the placement on record "
+    "(the work queue's wait and the PATCH).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 30),
+)
 LEADER = Gauge("kubeforge_leader", "1 while this operator process holds the leader Lease, else 0.")
 PREEMPTIONS = Counter("kubeforge_preemptions_total", "Gangs preempted by admission, by reason (PreemptedByHigherPriority, QuotaReclaimed).", ["reason"])
 PREEMPTION_LOST_GPU_HOURS = Counter(
@@ -59,6 +77,7 @@ def serve(port: int, addr: str = "0.0.0.0") -> None:
         PREEMPTIONS.labels(reason=reason)
     for reason in STARTUP_FAILURE_REASONS:
         STARTUP_FAILURES.labels(reason=reason)
+    WATCH_EVENT_DELAY.labels(resource="trainingjobs")
     for code in STATUS_REPORT_CODES:
         STATUS_REPORTS.labels(code=str(code))
     LEADER.set(0)

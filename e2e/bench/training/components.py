@@ -13,7 +13,7 @@ from pathlib import Path
 
 from e2e.bench.lib.metrics import fetch_samples
 
-__all__ = ["WANTED", "ComponentMetrics", "OperatorProfile", "component_port", "report_profile", "scrape",
+__all__ = ["STAGES", "WANTED", "ComponentMetrics", "OperatorProfile", "bucket_quantile", "component_port", "report_profile", "scrape",
            "scrape_operator"]
 
 WANTED = {
@@ -124,7 +124,39 @@ class OperatorProfile:
 
 
 OPERATOR_WANTED = re.compile(r'^kubeforge_((admission_round|reconcile)_duration_seconds_(sum|count)'
+                             r'|(watch_event_delay|admission_wait_time|admission_write_delay)_seconds_(bucket|sum|count)'
                              r'|max_concurrent_reconciles)(\{.*\})?$')
+STAGES = (("kubeforge_watch_event_delay_seconds", "created -> the operator's watch sees it (creationTimestamp: +0-1 s)"),
+          ("kubeforge_admission_wait_time_seconds", "seen -> the admission round admits it"),
+          ("kubeforge_admission_write_delay_seconds", "admitted -> the placement written to status"))
+"""The operator's admission stages (kubeforge/runtime/admission_latency.py), in order."""
+
+
+def bucket_quantile(samples: dict[str, float], name: str, q: float) -> float | None:
+    """The ``q`` quantile (0-1) of histogram ``name`` from its cumulative ``_bucket`` samples
+    in ``samples`` (label sets summed per ``le``), interpolated linearly within the bucket as
+    Prometheus' ``histogram_quantile`` does; None without observations. A quantile in the
+    ``+Inf`` bucket is the largest finite bound."""
+    by_le: dict[float, float] = {}
+    for k, v in samples.items():
+        if k.startswith(name + "_bucket"):
+            le = re.search(r'le="([^"]+)"', k)
+            if le:
+                b = float(le.group(1))
+                by_le[b] = by_le.get(b, 0.0) + v
+    if not by_le or max(by_le.values()) <= 0:
+        return None
+    bounds = sorted(by_le)
+    total = by_le[bounds[-1]]
+    rank, prev_b, prev_n = q * total, 0.0, 0.0
+    for b in bounds:
+        n = by_le[b]
+        if n >= rank:
+            if b == float("inf"):
+                return prev_b
+            return prev_b + (b - prev_b) * ((rank - prev_n) / (n - prev_n) if n > prev_n else 1.0)
+        prev_b, prev_n = b, n
+    return prev_b
 
 
 def scrape_operator(port: int | None) -> dict[str, float]:
@@ -147,6 +179,11 @@ def report_profile(p: dict | None, op: dict[str, float] | None = None) -> None:
                         and 'controller="trainingjobs"' in k), "an unknown number")
         print(f"  profile: the operator ran {n_rnd} admission rounds of {1000 * rnd:.0f} ms on average (each followed by "
               f"as long a yield, at most 1 s) and {n_rec} reconciles of {1000 * rec:.0f} ms on average ({workers} at a time)")
+        for name, what in STAGES:
+            p50, p95 = bucket_quantile(op, name, 0.5), bucket_quantile(op, name, 0.95)
+            n = sum(v for k, v in op.items() if k.startswith(name + "_count"))
+            if p50 is not None:
+                print(f"  stage: {what}: p50 {p50:.2f} s, p95 {p95:.2f} s ({n:.0f} gangs; from the operator's histogram buckets)")
     if not p or not p["total"]:
         return
     busy = p["total"] - p["idle"]

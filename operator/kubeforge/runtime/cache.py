@@ -31,6 +31,7 @@ from typing import Any, Callable, Hashable, Mapping, NamedTuple
 
 from kubeforge.admission import AdmissionMemo, JobView, Ledger, PoolView, Snapshot, build_ledger, pool_resource, pool_view
 from kubeforge.objects import Key, PlacementRecord, Record, TrainingJobRecord
+from kubeforge.runtime.admission_latency import AdmissionClock
 from kubeforge.runtime.cache_assumptions import ASSUME_TTL, Assumptions
 from kubeforge.runtime.cache_events import HeldEvents
 from kubeforge.runtime.cache_expectations import EXPECTATION_TTL, Expectations
@@ -91,6 +92,7 @@ class Cache(IndexReader):
         handoffs: Waits, create refusals, nominations and stop requests.
         held_events: The Events each status write narrates, until its answer.
         admission_memo: What admission reuses from round to round.
+        admission_clock: Each admission's stage times, for the operator's histograms.
     """
 
     assumptions: Assumptions = field(default_factory=lambda: Assumptions(_monotonic))
@@ -98,6 +100,7 @@ class Cache(IndexReader):
     handoffs: HandOffs = field(default_factory=lambda: HandOffs(_monotonic))
     held_events: HeldEvents = field(default_factory=HeldEvents)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
+    admission_clock: AdmissionClock = field(default_factory=AdmissionClock)
     _overlay: StatusOverlay = field(default_factory=lambda: StatusOverlay(_monotonic))
     _snapshots: Snapshotter = field(init=False, repr=False, compare=False)
     _services_made: dict[str, float] = field(default_factory=dict)
@@ -136,6 +139,7 @@ class Cache(IndexReader):
         and the job no longer waits."""
         self.assumptions.assume(key, placement)
         self.handoffs.stop_waiting(key)
+        self.admission_clock.decided(key)
 
     def forget(self, key: Key) -> None:
         """Drop everything held about one TrainingJob (it was deleted)."""
@@ -145,6 +149,7 @@ class Cache(IndexReader):
         self.handoffs.forget(key)
         self._snapshots.forget(key)
         self.held_events.drop(key)
+        self.admission_clock.forget(key)
 
     def forget_service(self, key: Key) -> None:
         """Drop everything held about one InferenceService (it was deleted): its own books under

@@ -28,7 +28,7 @@ from kubeforge.api import (
 )
 from kubeforge.modelcache import node_cache_from_k8s
 from kubeforge.objects import (
-    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, Pod, claim_from_k8s, groups_of,
+    ADMISSION_GATE, JOB_NAME, SERVICE_NAME, TERMINAL_JOB_PHASES, Pod, claim_from_k8s, groups_of,
     compute_domain_from_k8s, deployment_from_k8s, node_from_k8s, placement_of, pod_from_k8s, record_from_k8s,
     slice_from_k8s,
 )
@@ -148,10 +148,14 @@ async def kf_jobs(body: Any, memo: Any, **_: Any) -> dict:
     (:meth:`Cache.own_write`): the reconcile that wrote it decided on all it holds, and every
     status write otherwise came back as a reconcile that found nothing to do."""
     rec = _named_record(TrainingJobSpec, "TrainingJob", body, MAX_JOB_NAME_LENGTH)
-    if not memo.rt.cache.own_write(rec.key, rec.resource_version):
+    cache = memo.rt.cache
+    if not cache.own_write(rec.key, rec.resource_version):
         memo.rt.queue_job(rec.key)
     if placement_of(rec.status) is None:
         memo.rt.wake_admission()
+        status = cache.effective(rec.key, rec).status  # a lagging event from before our own write is not a new wait
+        if placement_of(status) is None and (status or {}).get("phase") not in TERMINAL_JOB_PHASES:
+            cache.admission_clock.seen_waiting(rec.key, rec.created, new=not rec.status)
     return {rec.key: rec}
 
 

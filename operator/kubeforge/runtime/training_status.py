@@ -41,6 +41,7 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
             if not e.transient:  # 422 from a status the schema refuses: a bug of ours, say it once per key
                 log.error("trainingjob %s/%s: status write refused: %s", key[0], key[1], e)
                 cache.assumptions.forget(key)
+                cache.admission_clock.forget(key)
                 return False
             if patch.get("placement"):
                 cache.assumptions.renew(key)  # no answer: the placement may be on record already
@@ -53,6 +54,8 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
     cache.remember(key, written)
     if plan.forget_assumed:
         cache.assumptions.confirm(key)
+    if patch.get("placement"):
+        cache.admission_clock.written(key)
     if plan.wrote_wait:
         cache.handoffs.wait_written(key, now)
     if "attempt" in patch or "placement" in patch:
