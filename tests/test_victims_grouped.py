@@ -21,6 +21,7 @@ import pytest
 
 import builders as b
 import kubeforge.admission._round as round_module
+import kubeforge.admission._victim_fit as victim_fit
 import kubeforge.admission._victims as victims_module
 from kubeforge.admission import (
     HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, RunningGangs, eligible_victims, plan_admission, run_time,
@@ -159,9 +160,10 @@ def quota_pool(rng: random.Random):
     return (pool.quotas(quotas) if rng.random() < 0.7 else pool).record()
 
 
-def crowded(rng: random.Random):
+def crowded(rng: random.Random, topologies=None):
     """Eight 8-GPU nodes in two cliques, most of them held by running gangs of namespaces a-d (d
-    is in no quota) at random priorities and ages, and 30 waiting gangs that mostly do not fit."""
+    is in no quota) at random priorities and ages, and 30 waiting gangs that mostly do not fit
+    (each with one of ``topologies`` when given, else the default)."""
     nodes = [mk_node(f"n{i}", labels={CLIQUE: f"c{i // 4}"}) for i in range(8)]
     jobs = []
     for i, node in enumerate(nodes):
@@ -171,21 +173,25 @@ def crowded(rng: random.Random):
             jobs.append(mk_job(f"r{i}-{j}", ns=rng.choice("abccdd"), gpus=gpus, priority=rng.randint(-3, 2),
                                status=st, created=admitted - 60))
     for i in range(30):
+        topology = {"topology": rng.choice(topologies)} if topologies else {}
         jobs.append(mk_job(f"w{i:02d}", ns=rng.choice("aabbcd"), priority=rng.randint(-3, 5), created=NOW - rng.randint(10, 900),
-                           **rng.choice([dict(replicas=1, gpus=8), dict(replicas=1, gpus=4), dict(replicas=2, gpus=8)])))
+                           **rng.choice([dict(replicas=1, gpus=8), dict(replicas=1, gpus=4), dict(replicas=2, gpus=8)]),
+                           **topology))
     return nodes, jobs
 
 
-def rounds_with_and_without(monkeypatch, seed: int, module, name: str, other):
-    """48 random :func:`crowded` rounds (quota pools of :func:`quota_pool`, seeded ``seed``), each
-    planned as the code is and with ``module.name`` replaced by ``other``: the two digests."""
+def rounds_with_and_without(monkeypatch, seed: int, module, name: str, other, *more, topologies=None):
+    """48 random :func:`crowded` rounds (quota pools of :func:`quota_pool`, seeded ``seed``;
+    waiting gangs of ``topologies``), each planned as the code is and with ``module.name``
+    replaced by ``other`` (and each ``(module, name, other)`` of ``more``): the two digests."""
     rng = random.Random(seed)
     for _ in range(48):
-        nodes, jobs = crowded(rng)
+        nodes, jobs = crowded(rng, topologies)
         snap = snapshot([quota_pool(rng)], nodes, jobs=jobs)
         plain = digest(plan_admission(snap, NOW))
         with monkeypatch.context() as m:
-            m.setattr(module, name, other)
+            for mod, attr, value in ((module, name, other), *more):
+                m.setattr(mod, attr, value)
             yield plain, digest(plan_admission(snap, NOW))
 
 
@@ -202,7 +208,7 @@ def test_rounds_decide_the_same_with_and_without_the_groups(monkeypatch):
     assert reasons.get(HIGHER_PRIORITY, 0) > 5 and reasons.get(QUOTA_RECLAIM, 0) > 5, reasons
 
 
-class NoBound(victims_module.SlotBound):
+class NoBound(victim_fit.SlotBound):
     """:class:`SlotBound` that lets every placement be tried (the choice before it)."""
 
     def __init__(self, *a):
@@ -221,7 +227,8 @@ def test_rounds_decide_the_same_with_and_without_the_slot_bound(monkeypatch):
     even with every freed GPU): whole rounds with and without it decide the same plans, and they
     did preempt. Gangs of 8 GPUs a replica need whole nodes, so many tries are ruled out."""
     preempted = 0
-    for bounded, tried in rounds_with_and_without(monkeypatch, 32, victims_module, "SlotBound", NoBound):
+    for bounded, tried in rounds_with_and_without(monkeypatch, 32, victims_module, "search_for", victim_fit.Placing,
+                                                  (victim_fit, "SlotBound", NoBound)):
         assert bounded == tried
         preempted += sum(len(p.victims) for p in bounded["preempt"])
     assert preempted > 10
@@ -232,7 +239,7 @@ def test_the_slot_bound_counts_what_freed_gpus_make_room_for():
     one 2-GPU replica; freeing 4 GPUs on the first adds two; taking them back removes them."""
     pool = SimpleNamespace(nodes=[NodeInfo(name=n, labels={}, gpus_allocatable=8, gpus_allocated=held)
                                   for n, held in (("n0", 6), ("n1", 8), ("n2", 12))])
-    bound = victims_module.SlotBound(pool, 2, None, {})
+    bound = victim_fit.SlotBound(pool.nodes, 2, {})
     assert bound.slots == 1
     freed: dict[str, int] = {}
     assert bound.delta(freed, {"n0": 4}) == 2
@@ -240,5 +247,74 @@ def test_the_slot_bound_counts_what_freed_gpus_make_room_for():
     freed["n0"] = 4
     assert bound.slots == 3
     assert bound.delta(freed, {"n0": -4}) == -2
-    assert victims_module.SlotBound(pool, 2, frozenset({"n1"}), {}).slots == 0
-    assert victims_module.SlotBound(pool, 2, None, {"n0": 1}).slots == 0  # taken this round
+    assert victim_fit.SlotBound(pool.nodes[1:2], 2, {}).slots == 0
+    assert victim_fit.SlotBound(pool.nodes, 2, {"n0": 1}).slots == 0  # taken this round
+
+
+
+TOPOLOGIES = [{"mode": "Required", "level": "nvlink"}, {"mode": "Preferred", "level": "nvlink"}, {"mode": "None"},
+              {"mode": "Preferred"}]
+
+
+class NoFallback(victim_fit.Placing):
+    """In place of the search's fallback (a placement refused where the count said the gang fits):
+    fails the test, so a count that says yes too often cannot hide behind it."""
+
+    def __init__(self, *a):
+        raise AssertionError("the count said the gang fits and the placer did not")
+
+
+def mismatches(monkeypatch, topologies, *patches) -> tuple[int, int]:
+    """(rounds of :func:`rounds_with_and_without`, seed 33, whose plans differ between the code as
+    it is, with ``patches``, and placing at every question; victims chosen)."""
+    differ = preempted = 0
+    for counted, placed_ in rounds_with_and_without(monkeypatch, 33, victims_module, "search_for",
+                                                   victim_fit.Placing, topologies=topologies):
+        differ += counted != placed_
+        preempted += sum(len(p.victims) for p in placed_["preempt"])
+    return differ, preempted
+
+
+@pytest.mark.parametrize("topologies", [None, TOPOLOGIES], ids=["default", "modes"])
+def test_rounds_decide_the_same_counting_and_placing(monkeypatch, topologies):
+    """The victim search asks whether the gang fits once per victim taken or dropped; counting the
+    gang's replica slots (:class:`~kubeforge.admission._victim_fit.Counting`, one placement a
+    search) and placing it each time (:class:`~kubeforge.admission._victim_fit.Placing`, the
+    search before issue 31's change) decide the same plans in whole rounds, preemptions included
+    (victims, their order and reasons, the preemptors' placements), for every topology mode, and
+    the count never needed the fallback."""
+    monkeypatch.setattr(victims_module, "Placing", NoFallback)
+    differ, preempted = mismatches(monkeypatch, topologies)
+    assert differ == 0 and preempted > 10, (differ, preempted)
+
+
+class Forgetful(victim_fit.GangRoom):
+    """Broken: ignores what a victim's drop takes back, so it drops every victim it is asked about."""
+
+    def fits_with(self, nodes):
+        return self.fits
+
+
+class Greedy(victim_fit.GangRoom):
+    """Broken: counts one replica fewer than the gang has (says yes too early)."""
+
+    def __init__(self, request, *a):
+        super().__init__(replace(request, replicas=max(1, request.replicas - 1)) if request.replicas > 1 else request, *a)
+
+
+class Strict(victim_fit.GangRoom):
+    """Broken: asks for one replica more than the gang has (says no too long)."""
+
+    def __init__(self, request, *a):
+        super().__init__(replace(request, replicas=request.replicas + 1), *a)
+
+
+@pytest.mark.parametrize("broken", [Forgetful, Greedy, Strict])
+def test_a_broken_room_is_caught(monkeypatch, broken):
+    """The equality above can fail: each broken room either decides other plans in some round, or
+    says the gang fits where the placer refuses it (the fallback the test forbids)."""
+    monkeypatch.setattr(victims_module, "Placing", NoFallback)
+    monkeypatch.setattr(victim_fit, "GangRoom", broken)
+    with pytest.raises(AssertionError):
+        differ, _ = mismatches(monkeypatch, TOPOLOGIES)
+        assert differ == 0

@@ -35,7 +35,7 @@ whose team stays within its nominal quota.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
@@ -44,11 +44,12 @@ from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import UNLISTED, QuotaBook
 from kubeforge.admission._running import reachable
 from kubeforge.admission._snapshot import JobView
+from kubeforge.admission._victim_fit import Placing, search_for
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, PreemptionPolicy
 from kubeforge.objects import (
     ADMITTED, PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED, Key, condition_time, rank_gpus, status_time,
 )
-from kubeforge.placement import GangRequest, Placement, place_gang
+from kubeforge.placement import GangRequest, NodeInfo, Placement
 
 HIGHER_PRIORITY = PREEMPTED_BY_HIGHER_PRIORITY
 """A victim of a higher-priority job of its own team (the ``Preempted`` reason)."""
@@ -188,24 +189,6 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
     return out
 
 
-def _fits(request: GangRequest, view: PoolView, taken: Mapping[str, int], freed: Mapping[str, int],
-          only: frozenset[str] | None = None, made: dict | None = None) -> Placement | None:
-    """The gang's placement on ``view`` with ``freed`` GPUs given back per node, or None.
-    ``made``: the nodes rebuilt with their freed GPUs so far, by (name, GPUs freed), reused
-    (one victim search calls this up to about a hundred times, issue 31)."""
-    made = {} if made is None else made
-
-    def rebuilt(n):
-        key = (n.name, freed[n.name])
-        if (got := made.get(key)) is None:
-            got = made[key] = replace(n, gpus_allocated=max(0, n.gpus_allocated - key[1]))
-        return got
-
-    nodes = [rebuilt(n) if freed.get(n.name) else n for n in view.nodes if only is None or n.name in only]
-    result = place_gang(request, nodes, view.levels, taken)
-    return result if isinstance(result, Placement) else None
-
-
 def _domain_level(request: GangRequest, view: PoolView):
     """The level whose ONE domain must hold the gang (``Required``, or a whole-node NVLink gang at
     its level), or None."""
@@ -250,11 +233,11 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
         return _select(candidates, request, view, book, taken, now, None, cost)
     best = None
     for domain, members in sorted(_by_domain(view, level.node_label).items()):
-        names = frozenset(members)
+        names = frozenset(n.name for n in members)
         mine = [c for c in candidates if names.intersection(c[0].placement.nodes)]  # type: ignore[union-attr]
         if not mine:
             continue
-        got = _select(mine, request, view, book, taken, now, names, cost)
+        got = _select(mine, request, view, book, taken, now, names, cost, nodes=members)
         if got is None:
             continue
         key = (sum(v.lost_gpu_seconds for v in got[0]), len(got[0]), domain)
@@ -263,26 +246,35 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
     return None if best is None else best[1]
 
 
-def _by_domain(view: PoolView, label: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+def _by_domain(view: PoolView, label: str) -> dict[str, list[NodeInfo]]:
+    """The pool's nodes per value of ``label``, each list in the pool's order."""
+    out: dict[str, list[NodeInfo]] = {}
     for n in view.nodes:
         value = n.labels.get(label)
         if value is not None:
-            out.setdefault(value, []).append(n.name)
+            out.setdefault(value, []).append(n)
     return out
 
 
 def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: PoolView, book: QuotaBook,
             taken: Mapping[str, int], now: float, only: frozenset[str] | None,
-            cost: WorkLost = checkpoint_age) -> tuple[list[Victim], Placement] | None:
-    """Greedy in ``candidates``' order until the gang fits (on the nodes of ``only`` when given),
-    then drop every victim the placement does not need."""
+            cost: WorkLost = checkpoint_age, how=None,
+            nodes: Sequence[NodeInfo] | None = None) -> tuple[list[Victim], Placement] | None:
+    """Greedy in ``candidates``' order until the gang fits (on the nodes of ``only`` when given;
+    ``nodes``: those nodes of the pool, in its order, when the caller has them), then drop every
+    victim the placement does not need, latest first.
+
+    Whether it fits is asked once per victim taken and once per victim tried for dropping; the
+    search's :func:`~kubeforge.admission._victim_fit.search_for` answers it from replica slots
+    where they decide it (one placement in all, for the final victims) and by placing the gang
+    otherwise: the same victims and placement either way (issue 31). ``how``: the search's
+    maker (:class:`~kubeforge.admission._victim_fit.Placing` to place every time)."""
+    if nodes is None:
+        nodes = view.nodes if only is None else [n for n in view.nodes if n.name in only]
     used = dict(book.used)
     chosen: list[Victim] = []
     freed: dict[str, int] = {}
-    placement = None
-    bound = SlotBound(view, request.gpus_per_replica, only, taken)
-    made: dict = {}  # nodes rebuilt with freed GPUs, shared by this search's placements
+    search = (how or search_for)(request, nodes, view.levels, taken, {})
     for v, reason in candidates:
         vteam = book.team(v.record.namespace)
         if reason == QUOTA_RECLAIM and used.get(vteam, 0) <= book.nominal.get(vteam, 0):
@@ -293,61 +285,21 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
             by_node[n] = by_node.get(n, 0) + per
         chosen.append(Victim(v.key, reason, lost_work(v, now, view.resource, cost), by_node,
                              checkpoint_basis(v, now)[1]))
-        bound.change(freed, by_node)
+        search.give(freed, by_node)
         for n, g in by_node.items():
             freed[n] = freed.get(n, 0) + g
         used[vteam] = used.get(vteam, 0) - sum(by_node.values())
-        if bound.slots < request.replicas:
-            continue  # cannot fit yet: no placement to try
-        placement = _fits(request, view, taken, freed, only, made)
-        if placement is not None:
+        if search.fits(freed):
             break
-    if placement is None:
+    else:
         return None
     for victim in list(reversed(chosen[:-1])):  # keep the fewest: drop any the placement does not need
         back = {n: -g for n, g in victim.gpus_by_node.items()}
-        if bound.slots + bound.delta(freed, back) < request.replicas:
-            continue  # needed: without it the gang cannot fit
-        trial = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
-        if (p := _fits(request, view, taken, trial, only, made)) is not None:
+        if search.fits_without(freed, back):
             chosen.remove(victim)
-            bound.change(freed, back)
-            freed, placement = trial, p
+            search.give(freed, back)
+            freed = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
+    placement = search.placement(freed)
+    if placement is None:  # the count said it fits, the placer did not (never seen): decide by placing
+        return None if how is Placing else _select(candidates, request, view, book, taken, now, only, cost, Placing, nodes)
     return chosen, placement
-
-
-class SlotBound:
-    """An upper bound of how many replicas of ``gpus`` GPUs the pool's nodes (those of ``only``
-    when given) could hold once ``freed`` GPUs are given back: each node's free GPUs less those
-    ``taken`` this round, as :func:`_fits` and the placement's candidates count them, divided by
-    ``gpus``, summed; other resources, taints and topology ignored (each only lowers what a
-    placement finds; a replica needs its GPUs on one node). A gang of more replicas than
-    :attr:`slots` cannot fit, so :func:`_select` tries no placement for it: each try is
-    :func:`~kubeforge.placement.place_gang` over every node, and a preemption took 87-110 of them
-    at 256 nodes, about half failing (issue 31, e2e/README-scale-bench.md, the rounds that reach
-    victims). O(nodes) once, then O(a victim's nodes) per change.
-
-    Attributes:
-        slots: The bound for the ``freed`` of the last :meth:`change`, replicas.
-    """
-
-    def __init__(self, view: PoolView, gpus: int, only: frozenset[str] | None, taken: Mapping[str, int]):
-        self._gpus = gpus
-        self._taken = taken
-        self._nodes = {n.name: n for n in view.nodes if only is None or n.name in only}
-        self.slots = sum(self._at(n.name, 0) for n in self._nodes.values())
-
-    def _at(self, name: str, freed: int) -> int:
-        n = self._nodes[name]
-        free = n.gpus_allocatable - max(0, n.gpus_allocated - freed) - max(0, self._taken.get(name, 0))
-        return max(0, free) // self._gpus
-
-    def delta(self, freed: Mapping[str, int], change: Mapping[str, int]) -> int:
-        """How :attr:`slots` moves when ``change`` (GPUs by node, negative: taken back) is added
-        to ``freed``."""
-        return sum(self._at(n, freed.get(n, 0) + g) - self._at(n, freed.get(n, 0))
-                   for n, g in change.items() if n in self._nodes)
-
-    def change(self, freed: Mapping[str, int], change: Mapping[str, int]) -> None:
-        """Move :attr:`slots` for ``change`` added to ``freed`` (call before updating ``freed``)."""
-        self.slots += self.delta(freed, change)

@@ -15,6 +15,7 @@ Typical use by a handler::
 from ._affinity import node_affinity
 from ._fit import place_gang
 from ._index import PoolIndex
+from ._room import GangRoom
 from ._misfit import HOSTNAME_LABEL, format_quantity, node_misfit
 from ._model import (
     MODES,
@@ -57,6 +58,7 @@ __all__ = [
     "CapacityType",
     "DomainSummary",
     "GangRequest",
+    "GangRoom",
     "GpuCounts",
     "Mode",
     "NoFit",
