@@ -347,9 +347,9 @@ def test_policy_carries_no_default_of_its_own_but_panic_threshold():
                  if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
     # every other default lives in kubeforge.api; slo=None is not a default but "no slo in the
     # spec" (queue-depth mode), as from_spec of a spec without one gives; the same for predictive
-    # scale-up's fields with mode Off and for no standby replicas (issue 28)
+    # scale-up's fields with mode Off, for no standby replicas and for the peak hold off (issue 28)
     assert defaulted == {"panic_threshold", "slo", "predictive_mode", "predictive_window_seconds", "lead_seconds",
-                         "forecast_only", "standby_replicas"}
+                         "forecast_only", "standby_replicas", "peak_hold_seconds", "peak_hold_fraction"}
     p = AutoscalingPolicy.from_spec(spec())
     assert (p.predictive_mode, p.predictive_window_seconds, p.lead_seconds, p.forecast_only, p.standby_replicas,
             p.predictive) == ("Off", 0.0, None, False, 0, None)

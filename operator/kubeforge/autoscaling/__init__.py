@@ -42,7 +42,7 @@ from ._queue_model import erlang_c, fit_itl, itl_concurrency, replicas_for_wait,
 from ._signals import SIGNAL_NAMES, Signals
 from ._slo import SLOSizing, SLOStatus, size_for_slo, slo_status
 from ._state import MAX_EVENTS, MAX_RECOMMENDATIONS, AutoscalerState, Direction, Sample, fresh_value
-from ._steps import Limit, Reading, Recommendation, bound, rate_limit, read_metrics, recommend, stabilize
+from ._steps import Limit, Reading, Recommendation, bound, peak_floor, rate_limit, read_metrics, recommend, stabilize
 
 __all__ = [
     "MAX_EVENTS",
@@ -73,6 +73,7 @@ __all__ = [
     "fit_itl",
     "fresh_value",
     "itl_concurrency",
+    "peak_floor",
     "rate_limit",
     "read_metrics",
     "reasons",

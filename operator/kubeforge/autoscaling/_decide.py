@@ -20,7 +20,7 @@ from ._signals import Signals
 from ._slo import SLOSizing, SLOStatus, slo_status
 from ._state import AutoscalerState, Direction, _dedupe
 from ._steps import (
-    Limit, Reading, Recommendation, _num, _replicas, bound, rate_limit, read_metrics, recommend, stabilize,
+    Limit, Reading, Recommendation, _num, _replicas, bound, peak_floor, rate_limit, read_metrics, recommend, stabilize,
 )
 
 __all__ = ["Decision", "decide"]
@@ -177,12 +177,16 @@ def _paced(policy: AutoscalingPolicy, reading: Reading, rec: Recommendation, st:
            history: tuple[tuple[float, int], ...], current: int, placeable: int | None,
            now: float) -> tuple[Limit, list[str]]:
     """Steps 3 to 5 on the raw recommendation: :func:`stabilize` (the windows over
-    ``history``), :func:`rate_limit` (the step limits; panic mode in queue-depth mode, none
-    up in SLO mode), :func:`bound` (``[min, max]``, then the pool's capacity). With
-    ``min_replicas`` 0 and no demand, the message counts down to scale to zero."""
+    ``history``; :func:`peak_floor`, the peak hold, under them), :func:`rate_limit` (the step
+    limits; panic mode in queue-depth mode, none up in SLO mode), :func:`bound` (``[min, max]``,
+    then the pool's capacity). With ``min_replicas`` 0 and no demand, the message counts down to
+    scale to zero."""
     p = policy
     notes: list[str] = []
     stab, why = stabilize(p, history, rec.raw, current, now)
+    held = peak_floor(p, history, rec.raw, now)
+    if held is not None and held[0] > stab:
+        stab, why = held
     if why:
         notes.append(why)
     limit = rate_limit(p, st, stab, current, now, None if reading.slo else reading.value, reading.slo)

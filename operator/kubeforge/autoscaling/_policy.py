@@ -133,6 +133,10 @@ class AutoscalingPolicy:
         standby_replicas: ``spec.standby.replicas``: replicas kept asleep besides the serving
             ones; :func:`~kubeforge.autoscaling.decide` passes it on (``Decision.standby``), the
             serving plan keeps them.
+        peak_hold_seconds: ``scaleDown.peakHoldSeconds``, s >= 0: how long the highest
+            recommendation sets a floor of ``peak_hold_fraction`` of it (0: off, the absent
+            value here; :func:`~kubeforge.autoscaling._steps.peak_floor`).
+        peak_hold_fraction: ``scaleDown.peakHoldPercent`` / 100, in (0, 1] (0.0, absent, when off).
 
     Raises:
         ValueError: From ``__post_init__`` when a field is out of range (see each field).
@@ -158,6 +162,8 @@ class AutoscalingPolicy:
     lead_seconds: float | None = None
     forecast_only: bool = False
     standby_replicas: int = 0
+    peak_hold_seconds: float = 0.0
+    peak_hold_fraction: float = 0.0
 
     @classmethod
     def from_spec(cls, spec: InferenceServiceSpec) -> AutoscalingPolicy:
@@ -206,6 +212,8 @@ class AutoscalingPolicy:
             lead_seconds=float(pr.lead_seconds) if on and pr.lead_seconds is not None else None,
             forecast_only=pr.forecast_only and on,
             standby_replicas=spec.standby.replicas,
+            peak_hold_seconds=float(a.scale_down.peak_hold_seconds),
+            peak_hold_fraction=a.scale_down.peak_hold_percent / 100.0 if a.scale_down.peak_hold_seconds else 0.0,
         )
 
     def __post_init__(self) -> None:
@@ -263,6 +271,11 @@ class AutoscalingPolicy:
                 problems.append(str(e))
         if integer("standby_replicas") < 0:
             problems.append(f"standby_replicas must be >= 0, got {self.standby_replicas!r}")
+        if not finite("peak_hold_seconds") >= 0:
+            problems.append(f"peak_hold_seconds must be >= 0, got {self.peak_hold_seconds!r}")
+        frac = finite("peak_hold_fraction")
+        if self.peak_hold_seconds and not 0 < frac <= 1:
+            problems.append(f"peak_hold_fraction must be in (0, 1] when peak_hold_seconds is set, got {frac!r}")
         if problems:
             raise ValueError("invalid AutoscalingPolicy: " + "; ".join(problems))
 
@@ -280,8 +293,8 @@ class AutoscalingPolicy:
 
     @property
     def longest_window_seconds(self) -> float:
-        """The longest stabilization window, seconds: how long recommendations are kept."""
-        return max(self.scale_up_stabilization_seconds, self.scale_down_stabilization_seconds)
+        """The longest stabilization window or peak hold, seconds: how long recommendations are kept."""
+        return max(self.scale_up_stabilization_seconds, self.scale_down_stabilization_seconds, self.peak_hold_seconds)
 
     @property
     def longest_period_seconds(self) -> float:
