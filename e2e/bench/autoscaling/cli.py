@@ -151,14 +151,18 @@ def _flags(ap: argparse.ArgumentParser) -> None:
                     help="add a kubeforge SLO row with these policy fields (repeatable; the seam for new policies)")
     ap.add_argument("--sweep", default="all",
                     help="families swept to equal attainment: all, none, or keys (kubeforge-slo, kubeforge-trend, "
-                         "kubeforge-seasonal, kubeforge-standby, kubeforge-queue, keda, llmd-hpa, llmd, dynamo, "
-                         "kubeforge:NAME)")
+                         "kubeforge-seasonal, kubeforge-standby, kubeforge-peak, kubeforge-queue, keda, llmd-hpa, "
+                         "llmd, dynamo, kubeforge:NAME)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                     help="processes the autoscalers are swept in (forked; default: 2 where there are 2 cores)")
     ap.add_argument("--no-kubeforge-rows", action="store_true",
-                    help="leave out kubeforge's predictive and standby rows (only its plain SLO and queue rows)")
+                    help="leave out kubeforge's predictive, standby and peak-hold rows (only its plain SLO and "
+                         "queue rows)")
     ap.add_argument("--no-floors", action="store_true", help="sweep the main knob only, never a minReplicas floor")
     ap.add_argument("--no-reference", action="store_true", help="skip the cheapest static count")
+    ap.add_argument("--no-causal", action="store_true",
+                    help="skip the causal reference (past need known exactly, nothing ahead; swept over memory "
+                         "and headroom)")
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the PNGs go")
     ap.add_argument("--no-live", action="store_true", help="skip the live run (no cluster, no Prometheus)")
     ap.add_argument("--lws-live", type=Path, default=None, metavar="JSON",
@@ -215,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(b, slo, a.overrides, a.starts, a.goal))
     print("Figures: simulated time, so the machine's load does not change them.")
     opts = RunOptions(slo, a.starts, a.goal, a.overrides, a.rows, a.sweep_keys, not a.no_floors, not a.no_reference,
-                      a.results, max(1, a.jobs), () if a.no_kubeforge_rows else KUBEFORGE_ROWS, a.live)
+                      a.results, max(1, a.jobs), () if a.no_kubeforge_rows else KUBEFORGE_ROWS, a.live,
+                      not a.no_causal)
     if "trace" in a.run_list:
         run("trace", f"{label} at trace speed ({len(rows)} requests, {rows[-1][0] / 60:.0f} min + 10 quiet), "
             f"replicas 1..{b.max_replicas}", trace_requests(rows), rows[-1][0] + 600, b, opts)

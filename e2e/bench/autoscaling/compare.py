@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from e2e.bench.autoscaling.causal import CausalResult
 from e2e.bench.autoscaling.oracle import OracleResult
 from e2e.bench.autoscaling.result import Result
 from e2e.bench.autoscaling.sweep import Swept
@@ -66,8 +67,10 @@ def _x(v: float | None) -> str:
 
 
 def equal_table(swept: list[Swept], orc: OracleResult, static: tuple[int, Result] | None, ttft: float,
-                goal: float) -> None:
-    """The equal-attainment table: per autoscaler, the setting that reaches ``goal`` and its cost."""
+                goal: float, causal: CausalResult | None = None) -> None:
+    """The equal-attainment table: per autoscaler, the setting that reaches ``goal`` and its cost;
+    the oracle, the static count and the causal reference (when swept) first, then a line with
+    the oracle target's replica-minutes against the causal reference's."""
     st = static[1] if static else None
     print(f"\nequal attainment: the cheapest setting found that reaches {goal:.0%} of requests within {ttft:g}s "
           f"(GPU replica-minutes; x: ratio)")
@@ -81,6 +84,13 @@ def equal_table(swept: list[Swept], orc: OracleResult, static: tuple[int, Result
     if st is not None:
         print(f"{'static (no autoscaler)':44} {f'{static[0]} replicas':44} {st.attainment(ttft):>9.2%} "
               f"{st.replica_seconds / 60:>8.0f} {_x(ratio(st, o)):>8} {'1.00x':>8} {'':>5}")
+    c = causal.best if causal is not None else None
+    if c is not None:
+        print(f"{c.name:44} {c.knob:44} {c.attainment(ttft):>9.2%} {c.replica_seconds / 60:>8.0f} "
+              f"{_x(ratio(c, o)):>8} {_x(ratio(c, st)):>8} {causal.tried:>5}")
+    elif causal is not None:
+        print(f"{'causal (past need, exact; nothing ahead)':44} {'never (no setting tried reaches it)':44} "
+              f"{'n/a':>9} {'n/a':>8} {'n/a':>8} {'n/a':>8} {causal.tried:>5}")
     for s in swept:
         name = s.default.name
         if s.best is None:
@@ -91,6 +101,11 @@ def equal_table(swept: list[Swept], orc: OracleResult, static: tuple[int, Result
         r = s.best
         print(f"{name:44} {r.knob:44} {r.attainment(ttft):>9.2%} {r.replica_seconds / 60:>8.0f} "
               f"{_x(ratio(r, o)):>8} {_x(ratio(r, st)):>8} {len(s.points):>5}")
+    if c is not None and o.replica_seconds:
+        cap = ORACLE_RATIO * o.replica_seconds
+        print(f"  causal reference: {c.replica_seconds / 60:.0f} rep-min ({_x(ratio(c, o))} the oracle); issue 28's "
+              f"{ORACLE_RATIO}x the oracle is {cap / 60:.0f} rep-min, {cap / c.replica_seconds:.2f}x the causal "
+              f"reference's (below 1.00x: no policy of its family, knowing the past exactly, reaches it)")
 
 
 def _met(ok: bool | None) -> str:

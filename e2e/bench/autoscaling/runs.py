@@ -18,6 +18,7 @@ from pathlib import Path
 from kubeforge.sim.modelserver import Request
 
 from e2e.bench.autoscaling.arrivals import MODEL
+from e2e.bench.autoscaling.causal import CausalResult, causal_reference
 from e2e.bench.autoscaling.compare import LiveFigures, equal_table, issue28_targets, print_targets
 from e2e.bench.autoscaling.figure import plot
 from e2e.bench.autoscaling.oracle import MissCurves, OracleResult, oracle
@@ -47,6 +48,7 @@ class RunOptions:
         jobs: Processes the families are swept in (forked; 1: in this process).
         rows: kubeforge's built-in rows beside its plain SLO row (predictive, standby).
         live: What live benches measured, for the live targets (``--lws-live``; None: n/a).
+        causal: Sweep the causal reference (:mod:`~e2e.bench.autoscaling.causal`; ``--no-causal``).
     """
 
     slo: SLO = field(default_factory=SLO)
@@ -61,16 +63,19 @@ class RunOptions:
     jobs: int = 1
     rows: tuple = KUBEFORGE_ROWS
     live: LiveFigures | None = None
+    causal: bool = True
 
 
 @dataclass
 class RunOutcome:
-    """A run's figures: the sweeps (each family's default and best), the oracle, the static count."""
+    """A run's figures: the sweeps (each family's default and best), the oracle, the static count,
+    the causal reference."""
 
     swept: list[Swept]
     oracle: OracleResult
     static: tuple[int, Result] | None
     warm: int
+    causal: CausalResult | None = None
 
 
 def warm_replicas(curves: MissCurves, starts: StartTimes) -> int:
@@ -141,6 +146,10 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
           + (f"; {'; '.join(orc.notes)}" if orc.notes else ""))
 
     static = _static(arrivals, end, b, opts, curves) if opts.reference else None
+    causal = None
+    if opts.causal:
+        causal = causal_reference(curves, lambda sc: replay(sc, arrivals, end, warm, True, MODEL, opts.starts),
+                                  opts.goal, ttft, opts.starts.longest(), len(arrivals))
     global _JOB
     _JOB = (families(b, opts.slo, opts.overrides, opts.extra, past, opts.rows), b, arrivals, end, warm, opts,
             (static[0], static[1].replica_seconds) if static else (None, None))
@@ -154,7 +163,7 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
              for fam, (points, attained, key, best) in zip(_JOB[0], found)]
     defaults = [s.default for s in swept]
     table(defaults + ([static[1]] if static else []), ttft, orc.result)
-    equal_table(swept, orc, static, ttft, opts.goal)
+    equal_table(swept, orc, static, ttft, opts.goal, causal)
     print_targets(issue28_targets(swept, orc, static, ttft, opts.goal, opts.live),
                   f"issue 28's targets ({opts.starts.describe()}), at equal attainment:")
     if any(r.name.startswith("KEDA") for r in defaults):
@@ -163,4 +172,4 @@ def run(name: str, title: str, arrivals: list[Request], end: float, b: Bounds, o
         png = plot(opts.results_dir / f"bench-autoscaling-{name}.png", f"{name}: {title}", swept, orc, ttft)
         print(f"figure: {png}" if png else "figure: skipped (matplotlib not installed: pip install -e '.[bench]')")
     print(f"(run: {_cpu() - t0:.0f}s of CPU, workers included; {time.perf_counter() - w0:.0f}s of wall time on this machine)")
-    return RunOutcome(swept, orc, static, warm)
+    return RunOutcome(swept, orc, static, warm, causal)

@@ -75,14 +75,16 @@ class Swept:
         return self.points[key]
 
 
-#: kubeforge's rows beside its plain SLO row: issue 28's predictive scale-up and warm standby,
-#: as a user writes them (``spec`` fields, API defaults for the rest): ``(key, name, spec)``.
+#: kubeforge's rows beside its plain SLO row: issue 28's predictive scale-up, warm standby and
+#: the peak hold (``scaleDown.peakHoldSeconds``, the API's share), as a user writes them
+#: (``spec`` fields, API defaults for the rest): ``(key, name, spec)``.
 #: A Seasonal row runs only where the run has a yesterday (``past``): without one it forecasts
 #: by the trend, and would repeat the Trend row.
 KUBEFORGE_ROWS = (
     ("kubeforge-trend", "+ predictive (Trend)", {"autoscaling": {"predictive": {"mode": "Trend"}}}),
     ("kubeforge-seasonal", "+ predictive (Seasonal)", {"autoscaling": {"predictive": {"mode": "Seasonal"}}}),
     ("kubeforge-standby", "+ standby 1", {"standby": {"replicas": 1}}),
+    ("kubeforge-peak", "+ peak hold 2 h", {"autoscaling": {"scaleDown": {"peakHoldSeconds": 7200}}}),
 )
 
 
