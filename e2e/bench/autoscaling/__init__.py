@@ -9,9 +9,10 @@ streams (:mod:`~e2e.bench.autoscaling.arrivals`), the start times
 :mod:`~e2e.bench.autoscaling.prom` and :mod:`~e2e.bench.autoscaling.result`), the autoscalers
 (:mod:`~e2e.bench.autoscaling.scalers`, :mod:`~e2e.bench.autoscaling.baselines`,
 :mod:`~e2e.bench.autoscaling.dynamo`), the oracle (:mod:`~e2e.bench.autoscaling.oracle`), the
-equal-attainment sweep (:mod:`~e2e.bench.autoscaling.sweep`), the tables and targets
-(:mod:`~e2e.bench.autoscaling.report`, :mod:`~e2e.bench.autoscaling.compare`), the figure
-(:mod:`~e2e.bench.autoscaling.figure`), the live part (:mod:`~e2e.bench.autoscaling.live`).
+causal reference (:mod:`~e2e.bench.autoscaling.causal`), the equal-attainment sweep
+(:mod:`~e2e.bench.autoscaling.sweep`), the tables and targets (:mod:`~e2e.bench.autoscaling.report`,
+:mod:`~e2e.bench.autoscaling.compare`), the figure (:mod:`~e2e.bench.autoscaling.figure`), the live
+part (:mod:`~e2e.bench.autoscaling.live`).
 The names below are the bench's API (the tests use them).
 """
 
