@@ -5,6 +5,7 @@ set back by hand to what a lagging watch would still hold)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,8 @@ from kubeforge.objects import placement_of
 from kubeforge.runtime.admission import admission_round
 from kubeforge.runtime.cache_assumptions import ASSUME_TTL
 from kubeforge.runtime.client import ApiError
-from kubeforge.runtime.training import reconcile_job
+from kubeforge.lifecycle import TrainingPlan
+from kubeforge.runtime.training import _settle_release, reconcile_job
 from records import NS, job_body, submitted
 from test_runtime_concurrency import Burst
 
@@ -96,14 +98,16 @@ def test_the_read_back_keeps_only_the_generation_the_write_was_decided_from(bump
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("lost", [False, True])
+@pytest.mark.parametrize("lost", [False, True, "and-read"])
 def test_a_release_deletes_the_pods_the_index_never_showed(monkeypatch, lost):
     """Gang ``a`` (2 x 4 GPUs) is placed and its pods created, but the pod watch shows neither
     for longer than the expectations' TTL; its startup timeout releases the placement (attempt
     1). The pods of attempt 0 must go all the same, by name: deleted from the index alone they
     ran on, pinned to a node the next round gave away. With ``lost``, the release's answer is
     lost too: the read-back finds it on record and the same reconcile deletes them (the next
-    one, decided from the released status, no longer knows the names)."""
+    one, decided from the released status, no longer knows the names). With ``"and-read"`` the
+    read-back is lost as well: the reconcile fails, the names wait in the hand-offs, and the
+    retry, decided from the released status the watch then shows, deletes them."""
     async def go() -> None:
         kube = await small_cluster(1)
         kube.use_clock(monkeypatch)
@@ -119,10 +123,47 @@ def test_a_release_deletes_the_pods_the_index_never_showed(monkeypatch, lost):
         kube.now += 121
         if lost:
             kube.fail_next.append("lost")
+        if lost == "and-read":
+            kube.fail_next.append("read")
+            with pytest.raises(ApiError):
+                await reconcile_job(rt, A)  # the release is on record; this process cannot know
+            assert len([p for p in kube.items("Pod") if not p["metadata"].get("deletionTimestamp")]) == 2
+            await kube.index("TrainingJob", kube.get("TrainingJob", NS, "a"))  # the job's watch catches up, not the pods'
         await reconcile_job(rt, A)
         st = kube.get("TrainingJob", NS, "a")["status"]
         assert (st.get("attempt"), placement_of(st)) == (1, None)
         assert [p["metadata"]["name"] for p in kube.items("Pod") if not p["metadata"].get("deletionTimestamp")] == []
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("seen, deletes, settled", [
+    ("older", False, False),     # the watch still shows the version the release was decided from
+    ("held", False, True),       # a newer version still holds the placement in attempt 0: never landed
+    ("released", True, True),    # a newer version without it, attempt 1: it landed
+])
+def test_an_unknown_release_is_settled_only_by_a_newer_version(seen, deletes, settled):
+    """The names a release left when its answer and read-back were both lost
+    (``HandOffs.release_unsettled``) are deleted only once a version newer than the one it was
+    decided from shows the release on record; a newer version that still holds the placement
+    forgets them (the gang may be running); an older one keeps them for later."""
+    async def go() -> None:
+        kube = await small_cluster(1)
+        rt = kube.rt
+        await kube.client_create("TrainingJob", job_body("a", replicas=2, gpus=4))
+        await admission_round(rt, kube.now)
+        await reconcile_job(rt, A)  # writes the placement
+        job = rt.cache.job(A)
+        rv = int(job.resource_version)
+        names = ("a-worker-0-0", "a-worker-1-0")
+        rt.cache.handoffs.release_unsettled(A, str(rv), 0, names)
+        status = dict(job.status)
+        if seen == "released":
+            status.update(placement=None, attempt=1)
+        version = str(rv - 1 if seen == "older" else rv + 1)
+        plan = TrainingPlan(status={"phase": "Pending"})
+        _settle_release(rt, replace(job, resource_version=version, status=status), plan)
+        assert sorted(plan.delete_pods) == (sorted(names) if deletes else [])
+        assert (rt.cache.handoffs.unsettled_release(A) is None) is settled
     asyncio.run(go())
 
 

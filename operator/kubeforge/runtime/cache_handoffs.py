@@ -40,6 +40,9 @@ class HandOffs:
       only while the round still lists it as preempting (:meth:`keep_nominations`).
     - **Stop requests** stay until :meth:`stop_done` (the stop is on record); every victim with
       one counts as being preempted.
+    - **Unsettled releases** (:meth:`release_unsettled`): the pods a release meant to delete by
+      name when neither its status write's answer nor the read-back came, until a reconcile
+      settles them (:meth:`settle_release`).
 
     Attributes:
         clock: Monotonic seconds (``time.monotonic`` unless a test or the cache sets one).
@@ -54,6 +57,7 @@ class HandOffs:
     _create_errors: dict[Key, CreateError] = field(default_factory=dict)
     _nominations: dict[Key, tuple[str, dict[str, int], float]] = field(default_factory=dict)
     _stop_requests: dict[Key, tuple[str, str, float]] = field(default_factory=dict)
+    _unsettled: dict[Key, tuple[int, int, tuple[str, ...]]] = field(default_factory=dict)
 
     # --- waiting gangs ------------------------------------------------------------------------
 
@@ -143,12 +147,31 @@ class HandOffs:
         """Every victim with a stop request (the admission snapshot's)."""
         return frozenset(self._stop_requests)
 
+    # --- releases whose write is unknown --------------------------------------------------------
+
+    def release_unsettled(self, key: Key, resource_version: str, attempt: int, names: Iterable[str]) -> None:
+        """A status write that released ``key``'s placement of attempt ``attempt``, decided from
+        the job's version ``resource_version``, meant to delete the pods ``names``; it got no answer, nor did its
+        read-back, so it may be on record. Only that plan knew the names (a plan decided from the
+        released status does not): they wait here for the next reconcile (:meth:`unsettled_release`)."""
+        self._unsettled[key] = (int(resource_version or 0), attempt, tuple(names))
+
+    def unsettled_release(self, key: Key) -> tuple[int, int, tuple[str, ...]] | None:
+        """``(resource version decided from, attempt released, pod names)`` of ``key``'s release
+        whose write is unknown, or None."""
+        return self._unsettled.get(key)
+
+    def settle_release(self, key: Key) -> None:
+        """``key``'s unknown release is settled: its pods are being deleted, or a newer version
+        of the job still holds the placement, so it never landed."""
+        self._unsettled.pop(key, None)
+
     # --- forgetting ---------------------------------------------------------------------------
 
     def forget(self, key: Key) -> None:
         """Drop every hand-off of TrainingJob ``key`` (it was deleted)."""
         for book in (self._create_errors, self._waiting, self._last_wait_write, self._nominations,
-                     self._stop_requests):
+                     self._stop_requests, self._unsettled):
             book.pop(key, None)  # type: ignore[attr-defined]
 
     def forget_service(self, key: Key) -> None:

@@ -163,6 +163,7 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
     if _admissions_first(rt, key, plan):
         rt.queue_job(key, follow_up=True)
         return None
+    _settle_release(rt, job, plan)
     await _apply(rt, job, plan)
     if plan.release:
         rt.wake_admission()
@@ -184,6 +185,25 @@ def _admissions_first(rt: Runtime, key: Key, plan: TrainingPlan) -> bool:
     once (the second pass admits nothing). In a quiet cluster (no backlog) nothing is
     deferred."""
     return plan.admitted and rt.jobs is not None and rt.jobs.urgent_waiting(besides=key) > 0
+
+
+def _settle_release(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan) -> None:
+    """Settle a release whose status write got neither an answer nor a read-back
+    (:meth:`HandOffs.release_unsettled <kubeforge.runtime.cache_handoffs.HandOffs.release_unsettled>`),
+    once ``job`` (the version this reconcile decided from) is newer than the one the release was
+    decided from. Only this process writes the status, and a placement changes only with the
+    attempt, so a newer version without a placement or in a later attempt means the release
+    landed: its pods are deleted by name with ``plan``'s (the watch may still hide them, and a
+    plan decided from the released status cannot name them). A newer version that still holds
+    it means it never landed (this plan decided afresh, naming the pods itself if it released
+    again). An older or equal version (the watch lags) settles nothing: the names wait."""
+    unsettled = rt.cache.handoffs.unsettled_release(job.key)
+    if unsettled is None or int(job.resource_version or 0) <= unsettled[0]:
+        return
+    _, attempt, names = unsettled
+    if placement_of(job.status) is None or current_attempt(job.status) != attempt:
+        plan.delete_pods = sorted(set(plan.delete_pods) | set(names))
+    rt.cache.handoffs.settle_release(job.key)
 
 
 def _count_restart(plan: TrainingPlan) -> None:

@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from kubeforge.lifecycle import TrainingPlan
-from kubeforge.objects import TrainingJobRecord
+from kubeforge.objects import TrainingJobRecord, current_attempt
 from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.state import Runtime
 
@@ -47,6 +47,9 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
                 cache.assumptions.renew(key)  # no answer: the placement may be on record already
             written = await _read_back(rt, job, patch)
             if written is None:
+                if plan.release and plan.delete_pods:  # the names only this plan knows: kept for the retry
+                    cache.handoffs.release_unsettled(key, job.resource_version, current_attempt(job.status),
+                                                     plan.delete_pods)
                 raise
     if written is None:  # the job was deleted meanwhile: nothing to create for it
         cache.assumptions.forget(key)
