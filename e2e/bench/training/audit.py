@@ -84,6 +84,8 @@ class Timeline:
 
     job_created: dict[str, float] = field(default_factory=dict)
     job_status: dict[str, list[float]] = field(default_factory=dict)
+    job_status_received: dict[tuple[str, float], float] = field(default_factory=dict)
+    """(job, a status write's ``stageTimestamp``) -> its ``requestReceivedTimestamp``."""
     claim_created: dict[str, float] = field(default_factory=dict)
     claim_bound: dict[str, float] = field(default_factory=dict)
     gangs: dict[tuple[str, int], Gang] = field(default_factory=dict)
@@ -114,6 +116,7 @@ def read_audit(path: Path, ns: str) -> Timeline | None:
                     tl.job_created.setdefault(name, t)
                 elif sub == "status":
                     tl.job_status.setdefault(name, []).append(t)
+                    tl.job_status_received[(name, t)] = ts(ev.get("requestReceivedTimestamp") or ev["stageTimestamp"])
             elif res == "persistentvolumeclaims":
                 if verb == "create":
                     tl.claim_created.setdefault(name, t)
@@ -132,7 +135,8 @@ def read_audit(path: Path, ns: str) -> Timeline | None:
     return tl
 
 
-STEPS = ("created -> Admitted", "Admitted -> all pods created", "Admitted -> claim created",
+STEPS = ("created -> Admitted", "  created -> Admitted write received", "  Admitted write: received -> answered",
+         "Admitted -> all pods created", "Admitted -> claim created",
          "claim created -> Bound", "pods created -> gate lifted (gated gangs)",
          "gate lifted (or created) -> all bound", "all bound -> all Running",
          "created -> all pods bound", "created -> all Running")
@@ -143,7 +147,10 @@ def breakdown(tl: Timeline, replicas: dict[str, int], attempt: int = 0) -> dict:
 
     Admitted is the operator's last ``trainingjobs/status`` write before the gang's first pod
     create (the runtime writes the placement, then creates: crash-safe order), so it is exact
-    to the write. A gang counts once all ``replicas`` pods reached the step.
+    to the write. It is split at the API server's receipt of that write
+    (``requestReceivedTimestamp``): before it, the create's delivery to the operator by its
+    watch, the operator's decision, its work queue and client; after it, the API server's own
+    handling of the PATCH. A gang counts once all ``replicas`` pods reached the step.
 
     Returns:
         ``{"steps": [(label, seconds)], "claims": [seconds], "gated": n, "jobs": n}``.
@@ -160,6 +167,9 @@ def breakdown(tl: Timeline, replicas: dict[str, int], attempt: int = 0) -> dict:
         claim = f"{job}-checkpoint"
         if adm is not None:
             steps["created -> Admitted"].append(adm - t0)
+            received = tl.job_status_received.get((job, adm), adm)
+            steps["  created -> Admitted write received"].append(received - t0)
+            steps["  Admitted write: received -> answered"].append(adm - received)
             steps["Admitted -> all pods created"].append(created - adm)
             if claim in tl.claim_created:
                 steps["Admitted -> claim created"].append(tl.claim_created[claim] - adm)
