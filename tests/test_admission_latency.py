@@ -8,7 +8,7 @@ import asyncio
 
 from prometheus_client import REGISTRY
 
-from e2e.bench.training.components import bucket_quantile
+from e2e.bench.training.components import bucket_quantile, summarise_stacks
 from fakekube import small_cluster
 from kubeforge.runtime.admission import admission_round
 from kubeforge.runtime.admission_latency import AdmissionClock
@@ -114,3 +114,21 @@ def test_bucket_quantile_interpolates_within_the_bucket_as_prometheus_does():
     assert abs(bucket_quantile(samples, name, 0.95) - 3.6) < 1e-9      # rank 38 of (30, 40] over (2, 4]
     assert bucket_quantile({**samples, f'{name}_bucket{{le="+Inf"}}': 50.0}, name, 0.95) == 4.0  # past the last bound
     assert bucket_quantile({}, name, 0.5) is None
+
+
+def test_the_profile_summary_reads_the_operators_main_thread_under_uvloop_and_asyncio():
+    """py-spy's raw stacks as the 5,000-node run recorded them (uvloop: no Python frame below
+    kopf's ``run`` while idle) and as asyncio's loop leaves them; helper threads are left out."""
+    main = "_run_module_as_main (<frozen runpy>:198);<module> (kubeforge/__main__.py:3);run (kubeforge/cli.py:124)"
+    loop = main + ";run (kopf/_core/reactor/running.py:79)"
+    raw = "\n".join([
+        f"{loop} 40",                                                                   # uvloop, idle
+        f"{loop};admission_loop (kubeforge/runtime/admission.py:56);admission_round (kubeforge/runtime/admission.py:95) 30",
+        f"{loop};reconcile_job (kubeforge/runtime/training.py:170) 10",
+        "Thread._bootstrap (threading.py:995);run (kubeforge/metrics.py:9) 500",       # a helper thread
+        "run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1898);select (selectors.py:468) 20",  # asyncio, idle
+    ])
+    got = summarise_stacks(raw)
+    assert (got["total"], got["idle"]) == (100, 60)
+    assert dict(got["top"])["admission_round (runtime/admission.py)"] == 30
+    assert dict(got["top"])["reconcile_job (runtime/training.py)"] == 10

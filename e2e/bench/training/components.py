@@ -13,8 +13,8 @@ from pathlib import Path
 
 from e2e.bench.lib.metrics import fetch_samples
 
-__all__ = ["STAGES", "WANTED", "ComponentMetrics", "OperatorProfile", "bucket_quantile", "component_port", "report_profile", "scrape",
-           "scrape_operator"]
+__all__ = ["STAGES", "WANTED", "ComponentMetrics", "OperatorProfile", "bucket_quantile", "component_port", "report_profile",
+           "scrape", "scrape_operator", "summarise_stacks"]
 
 WANTED = {
     "kube-controller-manager": re.compile(r'^(workqueue_(adds_total|work_duration_seconds_(sum|count)|'
@@ -100,27 +100,46 @@ class OperatorProfile:
             return None
         if not self.out.exists():
             return None
-        total = idle = 0
-        funcs: dict[str, int] = {}
-        for line in self.out.read_text(errors="replace").splitlines():
-            stack, _, n = line.rpartition(" ")  # "frame (file:line);frame (file:line);... count"
-            if not stack or not n.isdigit():
-                continue
-            count = int(n)
-            frames = stack.split(";")
-            if not any(f.startswith("_run_once (") for f in frames):
-                continue  # not the event loop's thread (kopf's and the client's helper threads)
-            total += count
-            if frames[-1].startswith("select (selectors.py"):
-                idle += count
-                continue
-            seen = set()
-            for f in frames:
-                if "kubeforge/" in f and f not in seen:
-                    seen.add(f)
-                    name = f.split(" (")[0] + " (" + f.split("kubeforge/")[-1].split(":")[0] + ")"
-                    funcs[name] = funcs.get(name, 0) + count
-        return {"total": total, "idle": idle, "top": sorted(funcs.items(), key=lambda kv: -kv[1])[:8]}
+        return summarise_stacks(self.out.read_text(errors="replace"))
+
+
+_ENTRY = re.compile(r"kubeforge/(__main__|cli)\.py:")
+"""Frames every main-thread sample passes through (the process's entry), left out of ``top``."""
+
+
+def summarise_stacks(raw: str) -> dict:
+    """py-spy's raw (collapsed) stacks of the operator, ``frame (file:line);...;frame count`` per
+    line, summed for its main thread: ``{"total": samples, "idle": samples waiting in the event
+    loop, "top": [(kubeforge function, samples)] (the 8 largest, inclusive)}``.
+
+    The main thread is the one under ``kubeforge/__main__.py``, or under asyncio's ``_run_once``
+    (kopf's and the client's helper threads are neither). Idle is a sample whose innermost Python
+    frame is the loop waiting: asyncio's ``select`` in selectors.py, or under uvloop (whose loop is
+    C, so no Python frame sits below it) kopf's ``run`` that entered the loop. The operator runs
+    on uvloop by default since 2026-11-27; before this rule only asyncio's frames were recognised,
+    and a uvloop profile summed to nothing."""
+    total = idle = 0
+    funcs: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count = int(n)
+        frames = stack.split(";")
+        if not any(f.startswith("_run_once (") or "kubeforge/__main__.py" in f for f in frames):
+            continue
+        total += count
+        leaf = frames[-1]
+        if leaf.startswith("select (selectors.py") or leaf.startswith("run (kopf/_core/reactor/running.py"):
+            idle += count
+            continue
+        seen = set()
+        for f in frames:
+            if "kubeforge/" in f and f not in seen and not _ENTRY.search(f):
+                seen.add(f)
+                name = f.split(" (")[0] + " (" + f.split("kubeforge/")[-1].split(":")[0] + ")"
+                funcs[name] = funcs.get(name, 0) + count
+    return {"total": total, "idle": idle, "top": sorted(funcs.items(), key=lambda kv: -kv[1])[:8]}
 
 
 OPERATOR_WANTED = re.compile(r'^kubeforge_((admission_round|reconcile)_duration_seconds_(sum|count)'
