@@ -26,6 +26,7 @@ import kubeforge.admission._victims as victims_module
 from kubeforge.admission import (
     HIGHER_PRIORITY, QUOTA_RECLAIM, UNLISTED, QuotaBook, RunningGangs, eligible_victims, plan_admission, run_time,
 )
+from kubeforge.admission._victim_index import VictimIndex
 from kubeforge.api import PreemptionPolicy
 from kubeforge.placement import NodeInfo
 from records import CLIQUE, NOW, mk_job, mk_node, placed, snapshot, view
@@ -318,3 +319,75 @@ def test_a_broken_room_is_caught(monkeypatch, broken):
     with pytest.raises(AssertionError):
         differ, _ = mismatches(monkeypatch, TOPOLOGIES)
         assert differ == 0
+
+
+
+class Unlike:
+    """Nothing is an instance: ``choose_victims`` lists and sorts each try's candidates as it did
+    before the round's :class:`~kubeforge.admission._victim_index.VictimIndex` (issue 31)."""
+
+
+def removing(chosen, search, freed):
+    """The drop pass before ``_prune``: ``list.remove`` per drop, a new ``freed`` each time (the
+    search's dict given the last one's values at the end)."""
+    out = freed
+    for victim in list(reversed(chosen[:-1])):
+        back = {n: -g for n, g in victim.gpus_by_node.items()}
+        if search.fits_without(out, back):
+            chosen.remove(victim)
+            search.give(out, back)
+            out = {n: g - victim.gpus_by_node.get(n, 0) for n, g in out.items()}
+    freed.clear()
+    freed.update(out)
+    return chosen
+
+
+def index_mismatches(monkeypatch, topologies=None) -> tuple[int, int]:
+    """(rounds of :func:`rounds_with_and_without`, seed 34, whose plans differ between the code
+    as it is and the tries as they were: candidates listed, summed and sorted each try, the drop
+    pass by ``list.remove``; victims chosen)."""
+    differ = preempted = 0
+    for kept, listed in rounds_with_and_without(monkeypatch, 34, victims_module, "RunningGangs", Unlike,
+                                                (victims_module, "_prune", removing), topologies=topologies):
+        differ += kept != listed
+        preempted += sum(len(p.victims) for p in listed["preempt"])
+    return differ, preempted
+
+
+@pytest.mark.parametrize("topologies", [None, TOPOLOGIES], ids=["default", "modes"])
+def test_rounds_decide_the_same_with_and_without_the_kept_order(monkeypatch, topologies):
+    """Whole rounds (quotas, reclaim, minRuntimeSeconds, admissions between tries, victims going
+    in flight, every topology mode, ``Required`` ones walking the candidates per domain): the
+    round's kept victim order and the tries as they were decide the same plans, and they did
+    preempt."""
+    differ, preempted = index_mismatches(monkeypatch, topologies)
+    assert differ == 0 and preempted > 10, (differ, preempted)
+
+
+class ForgetsFlight(VictimIndex):
+    """Broken: a gang that goes in flight stays a candidate of the round's later tries."""
+
+    def _leave(self, p):
+        pass
+
+
+class RefusesEarly(VictimIndex):
+    """Broken: the refusal's sums leave out the gangs one priority below the rules' bound."""
+
+    def below(self, ns, bound):
+        return super().below(ns, None if bound is None else bound - 1)
+
+
+class OutOfOrder(VictimIndex):
+    """Broken: the candidates by name, not in the victim order."""
+
+    def candidates(self, rules, preemptor, count):
+        return sorted(super().candidates(rules, preemptor, count), key=lambda c: c[0].key)
+
+
+@pytest.mark.parametrize("broken", [ForgetsFlight, RefusesEarly, OutOfOrder])
+def test_a_broken_kept_order_is_caught(monkeypatch, broken):
+    """The equality above can fail: each broken index decides other plans in some round."""
+    monkeypatch.setattr(victims_module, "VictimIndex", broken)
+    differ, _ = index_mismatches(monkeypatch, TOPOLOGIES)
+    assert differ > 0

@@ -56,6 +56,19 @@ class RunningGangs(list):
     def _drop(self) -> None:
         self._indexed = 0
         self._groups: dict[str, _Group] = {}
+        self._kept: dict[Any, Any] = {}
+
+    def kept(self, key: Any, make: Callable[[], Any]) -> Any:
+        """What ``make()`` built for this list under ``key`` (hashable), built on the first ask:
+        a structure over the gangs (the round's :class:`~kubeforge.admission._victim_index.VictimIndex`)
+        that follows appends itself and is dropped, like the groups, on any other change. At most
+        four are kept (a round asks with one key a pool)."""
+        got = self._kept.get(key)
+        if got is None:
+            if len(self._kept) >= 4:
+                self._kept.clear()
+            got = self._kept[key] = make()
+        return got
 
     def groups(self) -> dict[str, _Group]:
         """Namespace -> its gangs, sorted by priority; brought up to date with the list first (the

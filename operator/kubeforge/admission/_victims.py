@@ -37,14 +37,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from kubeforge.admission._ordering import WorkLost, victim_order
 from kubeforge.admission._pools import PoolView
 from kubeforge.admission._quota import UNLISTED, QuotaBook
-from kubeforge.admission._running import reachable
+from kubeforge.admission._running import Rule, RunningGangs, reachable
 from kubeforge.admission._snapshot import JobView
 from kubeforge.admission._victim_fit import Placing, search_for
+from kubeforge.admission._victim_index import VictimIndex
 from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME, PreemptionPolicy
 from kubeforge.objects import (
     ADMITTED, PREEMPTED_BY_HIGHER_PRIORITY, QUOTA_RECLAIMED, Key, condition_time, rank_gpus, status_time,
@@ -148,6 +149,27 @@ def lost_work(job: JobView, now: float, resource: str = DEFAULT_GPU_RESOURCE_NAM
     return cost(job, now) * len(pl.nodes) * rank_gpus(job.record, resource)
 
 
+def _rule(preemptor: JobView, gpus: int, book: QuotaBook) -> Rule:
+    """The rules (module docstring) as ``preemptor`` meets them in this state of ``book``, per
+    namespace of the running gangs (:data:`~kubeforge.admission._running.Rule`)."""
+    spec = preemptor.record.spec
+    assert spec is not None
+    team = book.team(preemptor.record.namespace)
+    within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
+    within = book.within_quota
+    if book.borrowed(team) > 0 and book.within_while_borrowing == PreemptionPolicy.NEVER:
+        within = PreemptionPolicy.NEVER  # no cascade: a borrowing team does not reshuffle borrowed GPUs
+
+    def rule(namespace: str) -> tuple[str, int | None] | None:
+        vteam = book.team(namespace)
+        if vteam == team:
+            return (HIGHER_PRIORITY, spec.priority) if within == PreemptionPolicy.LOWER_PRIORITY else None
+        if within_nominal and book.reclaim != PreemptionPolicy.NEVER and book.borrowed(vteam) > 0:
+            return QUOTA_RECLAIM, None if book.reclaim == PreemptionPolicy.ANY else spec.priority
+        return None
+    return rule
+
+
 def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Sequence[JobView],
                      in_flight: frozenset[Key], now: float) -> list[tuple[JobView, str]]:
     """The running gangs the rules (module docstring) let ``preemptor`` stop to get ``gpus``
@@ -159,22 +181,7 @@ def eligible_victims(preemptor: JobView, gpus: int, book: QuotaBook, running: Se
     They come in ``running``'s order whatever ``running`` is; a
     :class:`~kubeforge.admission.RunningGangs` (what a round passes) is looked up through its
     groups, so the try costs O(namespaces + the gangs the rules reach) instead of O(running)."""
-    spec = preemptor.record.spec
-    assert spec is not None
-    team = book.team(preemptor.record.namespace)
-    within_nominal = not book.enabled or team != UNLISTED and book.used.get(team, 0) + gpus <= book.nominal.get(team, 0)
-    within = book.within_quota
-    if book.borrowed(team) > 0 and book.within_while_borrowing == PreemptionPolicy.NEVER:
-        within = PreemptionPolicy.NEVER  # no cascade: a borrowing team does not reshuffle borrowed GPUs
-
-    def rule(namespace: str) -> tuple[str, int | None] | None:  # the rules, per namespace (_running.Rule)
-        vteam = book.team(namespace)
-        if vteam == team:
-            return (HIGHER_PRIORITY, spec.priority) if within == PreemptionPolicy.LOWER_PRIORITY else None
-        if within_nominal and book.reclaim != PreemptionPolicy.NEVER and book.borrowed(vteam) > 0:
-            return QUOTA_RECLAIM, None if book.reclaim == PreemptionPolicy.ANY else spec.priority
-        return None
-
+    rule = _rule(preemptor, gpus, book)
     out = []
     # The rules above first (by namespace, through the groups of a RunningGangs): they are cheap,
     # and a waiting gang meets the running ones each round it is placed (e2e/bench/scale: parsing
@@ -220,14 +227,9 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
     Returns:
         (victims in the order they were chosen, the placement the preemptor would get), or None.
     """
-    gpus = request.gpus
-    candidates = eligible_victims(preemptor, gpus, book, running, in_flight, now)
-    if not candidates:
+    candidates = _candidates(preemptor, request.gpus, view, book, running, taken, in_flight, now, cost)
+    if candidates is None:
         return None
-    free = sum(n.gpus_free for n in view.nodes if n.usable) - sum(taken.values())
-    if free + sum(len(v.placement.nodes) * rank_gpus(v.record, view.resource) for v, _ in candidates) < gpus:  # type: ignore[union-attr]
-        return None  # even every candidate would not make room
-    candidates = victim_order(candidates, now, cost)
     level = _domain_level(request, view)
     if level is None:
         return _select(candidates, request, view, book, taken, now, None, cost)
@@ -246,6 +248,50 @@ def choose_victims(preemptor: JobView, request: GangRequest, view: PoolView, boo
     return None if best is None else best[1]
 
 
+def _candidates(preemptor: JobView, gpus: int, view: PoolView, book: QuotaBook, running: Sequence[JobView],
+                taken: Mapping[str, int], in_flight: frozenset[Key], now: float,
+                cost: WorkLost) -> Iterable[tuple[JobView, str]] | None:
+    """:func:`choose_victims`' candidates in the victim order (:func:`victim_order`), or None when
+    there are none or even all of them would not make room for ``gpus`` GPUs. For a
+    :class:`~kubeforge.admission.RunningGangs` they come from the round's
+    :class:`~kubeforge.admission._victim_index.VictimIndex` (O(namespaces) to refuse, the order
+    kept across tries); any other sequence is listed and sorted here, the same candidates."""
+    if isinstance(running, RunningGangs):
+        index = running.kept(("victims", now, cost, view.resource, book.min_runtime),
+                             lambda: _index(running, book, now, cost, view.resource))
+        index.sync(in_flight if isinstance(in_flight, frozenset) else frozenset(in_flight))
+        rule = _rule(preemptor, gpus, book)
+        rules = {ns: rule(ns) for ns in index.namespaces()}
+        count, reach = index.reach(rules, preemptor.key)
+        if not count:
+            return None
+        if index.per_view(view, _pool_free) - sum(taken.values()) + reach < gpus:
+            return None  # even every candidate would not make room
+        return index.candidates(rules, preemptor.key, count)
+    listed = eligible_victims(preemptor, gpus, book, running, in_flight, now)
+    if not listed:
+        return None
+    reach = sum(len(v.placement.nodes) * rank_gpus(v.record, view.resource) for v, _ in listed)  # type: ignore[union-attr]
+    if _pool_free(view) - sum(taken.values()) + reach < gpus:
+        return None
+    return victim_order(listed, now, cost)
+
+
+def _pool_free(view: PoolView) -> int:
+    """The GPUs the pool's usable nodes have free, before the round's promises."""
+    return sum(n.gpus_free for n in view.nodes if n.usable)
+
+
+def _index(running: Sequence[JobView], book: QuotaBook, now: float, cost: WorkLost, resource: str) -> VictimIndex:
+    """The round's :class:`VictimIndex` of ``running``: the keys, GPUs and protection the
+    try before it computed per candidate (:func:`victim_order`, :func:`lost_work`, :func:`protected`)."""
+    return VictimIndex(
+        running,
+        lambda v: (cost(v, now), v.record.spec.priority, -v.record.created),  # type: ignore[union-attr]
+        lambda v: len(v.placement.nodes) * rank_gpus(v.record, resource),  # type: ignore[union-attr]
+        lambda v: v.record.spec is not None and not protected(v, book, now))
+
+
 def _by_domain(view: PoolView, label: str) -> dict[str, list[NodeInfo]]:
     """The pool's nodes per value of ``label``, each list in the pool's order."""
     out: dict[str, list[NodeInfo]] = {}
@@ -256,7 +302,7 @@ def _by_domain(view: PoolView, label: str) -> dict[str, list[NodeInfo]]:
     return out
 
 
-def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: PoolView, book: QuotaBook,
+def _select(candidates: Iterable[tuple[JobView, str]], request: GangRequest, view: PoolView, book: QuotaBook,
             taken: Mapping[str, int], now: float, only: frozenset[str] | None,
             cost: WorkLost = checkpoint_age, how=None,
             nodes: Sequence[NodeInfo] | None = None) -> tuple[list[Victim], Placement] | None:
@@ -293,13 +339,29 @@ def _select(candidates: list[tuple[JobView, str]], request: GangRequest, view: P
             break
     else:
         return None
-    for victim in list(reversed(chosen[:-1])):  # keep the fewest: drop any the placement does not need
-        back = {n: -g for n, g in victim.gpus_by_node.items()}
-        if search.fits_without(freed, back):
-            chosen.remove(victim)
-            search.give(freed, back)
-            freed = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
+    chosen = _prune(chosen, search, freed)
     placement = search.placement(freed)
     if placement is None:  # the count said it fits, the placer did not (never seen): decide by placing
         return None if how is Placing else _select(candidates, request, view, book, taken, now, only, cost, Placing, nodes)
     return chosen, placement
+
+
+def _prune(chosen: list[Victim], search, freed: dict[str, int]) -> list[Victim]:
+    """Keep the fewest: every victim but the last, latest first, is dropped when the gang fits
+    without it (``search``: the search's :class:`~kubeforge.admission._victim_fit.Counting` or
+    :class:`~kubeforge.admission._victim_fit.Placing`; ``freed``, GPUs by node, updated in place).
+    The victims the loop with ``chosen.remove`` kept (the first equal victim goes), without its
+    O(victims) scan and a new ``freed`` per drop: O(victims x their nodes) in all (issue 31)."""
+    alive = [True] * len(chosen)
+    same: dict[Key, list[int]] = {}
+    for i, v in enumerate(chosen):
+        same.setdefault(v.key, []).append(i)
+    for i in range(len(chosen) - 2, -1, -1):
+        victim = chosen[i]
+        back = {n: -g for n, g in victim.gpus_by_node.items()}
+        if search.fits_without(freed, back):
+            alive[next(j for j in same[victim.key] if alive[j] and chosen[j] == victim)] = False
+            search.give(freed, back)
+            for n, g in victim.gpus_by_node.items():
+                freed[n] -= g
+    return [v for v, keep in zip(chosen, alive) if keep]
