@@ -243,7 +243,7 @@ def test_valid_inference_service_is_accepted_and_defaulted(cluster: Any, namespa
     assert parse_as(InferenceService, obj).spec.autoscaling.queue_target == 4
     assert auto["scaleUp"] == {"stabilizationWindowSeconds": 0, "maxStep": 1, "periodSeconds": 10}
     assert auto["scaleDown"] == {"stabilizationWindowSeconds": 300, "maxStep": 2,
-                                 "periodSeconds": 30}
+                                 "periodSeconds": 30, "peakHoldSeconds": 0, "peakHoldPercent": 60}  # the hold off
     assert parse_as(InferenceService, obj).spec.autoscaling.scale_down.max_step == 2
     assert "slo" not in auto  # queue-depth mode unless asked
 
