@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kubeforge.sim.modelserver import Request
-
 from e2e.bench.autoscaling import MODEL, StartTimes, oracle, replay
 from e2e.bench.autoscaling.causal import CausalNeed, asked_counts, causal_reference, plan
 from e2e.bench.autoscaling.oracle import MissCurves
+from test_bench_autoscaling import _burst_stream
 
 
 def test_asks_are_the_most_need_of_the_minutes_that_are_over_plus_headroom():
@@ -47,16 +46,6 @@ def test_the_scaler_asks_at_minute_boundaries_and_keeps_the_warm_start_first():
     assert sc.tick(60.0, 3, None) == 2 and sc.tick(61.0, 2, None) is None
     assert sc.tick(150.0, 2, None) == 4 and sc.tick(999.0, 4, None) is None  # past the end: the last ask
     assert sc.knob == "max need of the last 5 min +1, >= 2"
-
-
-def _burst_stream() -> list[Request]:
-    """Quiet (1 request/s) with a burst of 30 requests/s in minutes 10 and 11."""
-    out, t = [], 0.0
-    while t < 1200:
-        rate = 30.0 if 600 <= t < 720 else 1.0
-        t += 1.0 / rate
-        out.append(Request(t, 0.2, 40, 500, len(out) + 1))
-    return out
 
 
 def test_knowing_only_the_past_costs_more_than_the_oracle_for_a_burst_within_one_start():

@@ -19,7 +19,7 @@ from kubeforge.api import DEFAULT_GPU_RESOURCE_NAME
 from kubeforge.objects import rank_gpus
 from kubeforge.placement import NodeInfo
 from records import NOW, mk_job, view
-from test_victims_grouped import NAMESPACES, keyed, random_book, random_gang
+from test_victims_grouped import NAMESPACES, keyed, random_book, random_gang, removed
 
 
 def listed(pre, gpus, pool, book, running, taken, in_flight, cost):
@@ -83,17 +83,6 @@ def test_the_kept_order_gives_every_try_what_it_listed(monkeypatch):
     assert chosen > 500 and refused > 200 and 100 < walked[0] / 2 < chosen - 100, (tries, chosen, refused, walked)
 
 
-def removing(chosen, search, freed):
-    """The drop pass before ``_prune`` (``list.remove`` on the list, a new ``freed`` per drop)."""
-    for victim in list(reversed(chosen[:-1])):
-        back = {n: -g for n, g in victim.gpus_by_node.items()}
-        if search.fits_without(freed, back):
-            chosen.remove(victim)
-            search.give(freed, back)
-            freed = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
-    return chosen, freed
-
-
 class Need:
     """A search that fits when ``freed`` holds ``need`` GPUs on the nodes it names."""
 
@@ -122,7 +111,7 @@ def test_the_drop_pass_keeps_what_remove_kept():
             for n, g in v.gpus_by_node.items():
                 freed[n] = freed.get(n, 0) + g
         need = rng.randint(1, sum(freed.values()))
-        want, want_freed = removing(list(chosen), Need(need), dict(freed))
+        want, want_freed = removed(list(chosen), Need(need), dict(freed))
         got_freed = dict(freed)
         got = victims_module._prune(list(chosen), Need(need), got_freed)
         assert got == want and got_freed == want_freed, case

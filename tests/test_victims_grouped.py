@@ -327,16 +327,22 @@ class Unlike:
     before the round's :class:`~kubeforge.admission._victim_index.VictimIndex` (issue 31)."""
 
 
-def removing(chosen, search, freed):
-    """The drop pass before ``_prune``: ``list.remove`` per drop, a new ``freed`` each time (the
-    search's dict given the last one's values at the end)."""
-    out = freed
+def removed(chosen, search, freed):
+    """The drop pass before ``_prune`` (``list.remove`` on the list, a new ``freed`` per drop):
+    ``(chosen, the last freed)``."""
     for victim in list(reversed(chosen[:-1])):
         back = {n: -g for n, g in victim.gpus_by_node.items()}
-        if search.fits_without(out, back):
+        if search.fits_without(freed, back):
             chosen.remove(victim)
-            search.give(out, back)
-            out = {n: g - victim.gpus_by_node.get(n, 0) for n, g in out.items()}
+            search.give(freed, back)
+            freed = {n: g - victim.gpus_by_node.get(n, 0) for n, g in freed.items()}
+    return chosen, freed
+
+
+def removing(chosen, search, freed):
+    """:func:`removed` as ``_prune``'s stand-in: the search's dict given the last ``freed``'s
+    values at the end."""
+    chosen, out = removed(chosen, search, freed)
     freed.clear()
     freed.update(out)
     return chosen
