@@ -100,7 +100,7 @@ class Cache(IndexReader):
     handoffs: HandOffs = field(default_factory=lambda: HandOffs(_monotonic))
     held_events: HeldEvents = field(default_factory=HeldEvents)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
-    admission_clock: AdmissionClock = field(default_factory=AdmissionClock)
+    admission_clock: AdmissionClock = field(default_factory=lambda: AdmissionClock(_monotonic))
     _overlay: StatusOverlay = field(default_factory=lambda: StatusOverlay(_monotonic))
     _snapshots: Snapshotter = field(init=False, repr=False, compare=False)
     _services_made: dict[str, float] = field(default_factory=dict)
