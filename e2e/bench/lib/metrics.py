@@ -12,8 +12,8 @@ import urllib.request
 
 from e2e.bench.lib.timing import say
 
-__all__ = ["READ_VERBS", "counter_delta", "fetch_samples", "parse_counter", "scrape_apiserver",
-           "scrape_operator_requests"]
+__all__ = ["READ_VERBS", "WATCH_COUNTERS", "counter_delta", "fetch_samples", "parse_counter", "scrape_apiserver",
+           "scrape_apiserver_watches", "scrape_operator_requests"]
 
 READ_VERBS = {"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT"}
 _COUNTER = re.compile(r'^(\w+)\{(.*)\}\s+(\S+)')
@@ -48,6 +48,27 @@ def scrape_apiserver(c) -> dict[tuple, float] | None:
         d = dict(labels)
         key = (d.get("verb", ""), d.get("group", ""), d.get("resource", ""), d.get("subresource", ""), d.get("code", ""))
         out[key] = out.get(key, 0.0) + v
+    return out
+
+
+WATCH_COUNTERS = ("apiserver_terminated_watchers_total", "apiserver_watch_cache_events_dispatched_total")
+"""The API server's watch-cache counters the training bench reads (k8s.io/apiserver
+``pkg/storage/cacher/metrics``): watchers it closed because they did not take their events in
+time (the cacher's dispatch budget ran out; the client then watches again), and the events its
+watch caches dispatched, both by ``resource``."""
+
+
+def scrape_apiserver_watches(c) -> dict[tuple[str, str], float] | None:
+    """:data:`WATCH_COUNTERS` from ``kubectl get --raw /metrics``, keyed by (counter, resource);
+    None on failure."""
+    proc = c.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
+    if proc.returncode != 0:
+        return None
+    out: dict[tuple[str, str], float] = {}
+    for metric in WATCH_COUNTERS:
+        for labels, v in parse_counter(proc.stdout, metric).items():
+            key = (metric, dict(labels).get("resource", ""))
+            out[key] = out.get(key, 0.0) + v
     return out
 
 

@@ -13,6 +13,7 @@ from e2e.bench.lib.cluster import (
     GROUP, JOB_LABEL, POOL, VERSION, apply_pool, component_pid, make_namespace, operator_metrics_port, operator_pid,
     shared_claim, start_operator, wait_for_pool,
 )
+from e2e.bench.lib.metrics import counter_delta, scrape_apiserver_watches
 from e2e.bench.lib.procs import alive
 from e2e.bench.lib.timing import say, ts
 from e2e.bench.training.audit import breakdown, pod_steps, read_audit
@@ -54,9 +55,11 @@ def run_kubeforge(run: Run, ph: Phase, ns: str, core, custom) -> None:
     components = ComponentMetrics({k: component_pid(c, k) for k in WANTED})
     profile = OperatorProfile(operator_pid(c) if args.py_spy else None, c.dir / "operator.pyspy")
     op_before = scrape_operator(operator_metrics_port(c))
+    watches_before = scrape_apiserver_watches(c)
     run.costs[ph.name] = run_phase(c, run.api, ph, ns, submit, args, admission_only=args.admission_only,
                                    pid=operator_pid(c))
     extra["components"] = components.finish()
+    extra["apiserver_watches"] = counter_delta(watches_before, scrape_apiserver_watches(c))
     extra["py_spy"] = profile.finish()
     extra["operator_times"] = {k: v if "max_concurrent" in k else v - op_before.get(k, 0.0)  # a gauge: as read
                                for k, v in scrape_operator(operator_metrics_port(c)).items()}

@@ -4,6 +4,7 @@ cost, the Kueue + JobSet phase's own figures, and the timelines."""
 
 from __future__ import annotations
 
+from e2e.bench.lib.metrics import WATCH_COUNTERS
 from e2e.bench.lib.stats import pct
 from e2e.bench.lib.tables import Columns
 from e2e.bench.training import claims_report
@@ -30,6 +31,9 @@ def report(run: Run) -> None:
         _phase_end(n, *results[n])
     if "kubeforge" in results:
         _operator_notes(extra)
+        line = watch_line(extra.get("apiserver_watches"))
+        if line:
+            print(line)
         base = results.get("baseline")
         claims_report.checkpoint_target(args.checkpoint_mode, results["kubeforge"][1], base[1] if base else None, extra,
                                         (extra.get("components") or {}).get("kube-controller-manager"))
@@ -120,6 +124,24 @@ def _operator_notes(extra: dict) -> None:
           f"{extra.get('placements_lost', '-')}")
     for ln in extra.get("log_samples") or []:
         print(f"    | {ln[:220]}")
+
+
+def watch_line(delta: dict | None) -> str | None:
+    """The API server's watch caches over the kubeforge phase (``delta``: the growth of
+    :data:`~e2e.bench.lib.metrics.WATCH_COUNTERS` by (counter, resource)): the watchers it closed
+    for falling behind and the events it dispatched, for pods and TrainingJobs. A closed watcher's
+    client watches again, so its events come late by the reconnect; None without a reading."""
+    if delta is None:
+        return None
+
+    def by(metric: str, res: str) -> int:
+        return int(delta.get((metric, res), 0))
+
+    closed, sent = WATCH_COUNTERS
+    return ("  kube-apiserver's watch caches during the phase: watchers closed for falling behind "
+            f"(apiserver_terminated_watchers_total) pods {by(closed, 'pods')}, trainingjobs "
+            f"{by(closed, 'trainingjobs')}; events dispatched pods {by(sent, 'pods')}, trainingjobs "
+            f"{by(sent, 'trainingjobs')}")
 
 
 SCALE_TARGET = (5000, 2000, 5.0)
