@@ -130,6 +130,8 @@ def run(namespaces: tuple[str, ...], health_address: str, metrics_port: int, met
             memo=kopf.Memo(rt=rt, stop=stop),
             stop_flag=stop,
         )
+    if rt.exit_code:
+        sys.exit(rt.exit_code)  # a loop stopped the operator on purpose (the TrainingJob watch stalled)
     if stop.is_set() and leader_election:
         sys.exit(3)  # leadership lost: restart as a follower
 

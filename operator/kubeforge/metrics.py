@@ -38,6 +38,12 @@ WATCH_EVENT_DELAY = Histogram(
     "through its watch; objects created after the operator started only.", ["resource"],
     buckets=(0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 30, 60),
 )
+WATCH_STALLED = Gauge(
+    "kubeforge_watch_stalled_seconds",
+    "Seconds the operator's oldest status write of the resource has waited for its watch event with no event of "
+    "the resource at all meanwhile (0: none waits); past 300 the operator stops with exit code 4 for its "
+    "Deployment to start it again.", ["resource"],
+)
 ADMISSION_WAIT_TIME = Histogram(
     "kubeforge_admission_wait_time_seconds",
     "Seconds from the operator's first sight of a waiting gang (or its requeue) to the admission round that "
@@ -78,6 +84,7 @@ def serve(port: int, addr: str = "0.0.0.0") -> None:
     for reason in STARTUP_FAILURE_REASONS:
         STARTUP_FAILURES.labels(reason=reason)
     WATCH_EVENT_DELAY.labels(resource="trainingjobs")
+    WATCH_STALLED.labels(resource="trainingjobs")
     for code in STATUS_REPORT_CODES:
         STATUS_REPORTS.labels(code=str(code))
     LEADER.set(0)

@@ -40,6 +40,7 @@ from kubeforge.runtime.cache_keys import service_key
 from kubeforge.runtime.cache_overlay import StatusOverlay
 from kubeforge.runtime.cache_reader import IndexReader
 from kubeforge.runtime.cache_snapshot import Snapshotter
+from kubeforge.runtime.watch_echo import WatchEcho
 
 __all__ = ["ASSUME_TTL", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK", "Cache", "RoundSeen", "service_key"]
 
@@ -93,6 +94,8 @@ class Cache(IndexReader):
         held_events: The Events each status write narrates, until its answer.
         admission_memo: What admission reuses from round to round.
         admission_clock: Each admission's stage times, for the operator's histograms.
+        echo: The TrainingJob status writes the watch has not echoed yet (a stalled watch stops
+            the operator: :mod:`~kubeforge.runtime.watch_echo`).
     """
 
     assumptions: Assumptions = field(default_factory=lambda: Assumptions(_monotonic))
@@ -101,6 +104,7 @@ class Cache(IndexReader):
     held_events: HeldEvents = field(default_factory=HeldEvents)
     admission_memo: AdmissionMemo = field(default_factory=AdmissionMemo)
     admission_clock: AdmissionClock = field(default_factory=lambda: AdmissionClock(_monotonic))
+    echo: WatchEcho = field(default_factory=lambda: WatchEcho(_monotonic))
     _overlay: StatusOverlay = field(default_factory=lambda: StatusOverlay(_monotonic))
     _snapshots: Snapshotter = field(init=False, repr=False, compare=False)
     _services_made: dict[str, float] = field(default_factory=dict)
@@ -150,6 +154,7 @@ class Cache(IndexReader):
         self._snapshots.forget(key)
         self.held_events.drop(key)
         self.admission_clock.forget(key)
+        self.echo.forget(key)
 
     def forget_service(self, key: Key) -> None:
         """Drop everything held about one InferenceService (it was deleted): its own books under

@@ -149,6 +149,7 @@ async def kf_jobs(body: Any, memo: Any, **_: Any) -> dict:
     status write otherwise came back as a reconcile that found nothing to do."""
     rec = _named_record(TrainingJobSpec, "TrainingJob", body, MAX_JOB_NAME_LENGTH)
     cache = memo.rt.cache
+    cache.echo.saw(rec.key, rec.resource_version)
     if not cache.own_write(rec.key, rec.resource_version):
         memo.rt.queue_job(rec.key)
     if placement_of(rec.status) is None:

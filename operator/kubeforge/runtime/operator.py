@@ -26,6 +26,7 @@ from kubeforge.runtime.pools import pool_status_loop
 from kubeforge.runtime.queue import WorkQueue
 from kubeforge.runtime.status_server import start_status_server
 from kubeforge.runtime.training import reconcile_job
+from kubeforge.runtime.watch_echo import watch_watchdog
 
 log = logging.getLogger("kubeforge")
 
@@ -143,6 +144,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         asyncio.create_task(pool_status_loop(rt), name="pool-status"),
         asyncio.create_task(lead(rt, memo.stop), name="leader-election"),
         asyncio.create_task(activator_loop(rt), name="activator-endpoints"),
+        asyncio.create_task(watch_watchdog(rt, memo.stop), name="watch-watchdog"),
     ] + [asyncio.create_task(w.run(), name=f"informer {w.path}") for w in watchers]
     log.info("kubeforge %s: pods, claims and nodes by informer (%d watches)", kubeforge.__file__, len(watchers))
 

@@ -126,6 +126,8 @@ class Runtime:
         status_server: The status endpoint, once started (None: not served).
         status_ca: The endpoint's CA (PEM) once it serves; worker pods get reporting only then.
         status_ca_written: The CA last written to each namespace's ConfigMap.
+        exit_code: ``kubeforge run``'s exit code once a loop stopped the operator on purpose
+            (0: none did; :data:`~kubeforge.runtime.watch_echo.EXIT_WATCH_STALLED`).
     """
 
     cache: Cache = field(default_factory=Cache)
@@ -146,6 +148,7 @@ class Runtime:
     status_server: Any = None
     status_ca: str | None = None
     status_ca_written: dict[str, str] = field(default_factory=dict)
+    exit_code: int = 0
 
     def __post_init__(self) -> None:
         if self.engine is None:

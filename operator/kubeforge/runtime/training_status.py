@@ -55,6 +55,7 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
         cache.assumptions.forget(key)
         return False
     cache.remember(key, written)
+    cache.echo.wrote(key, written)
     if plan.forget_assumed:
         cache.assumptions.confirm(key)
     if patch.get("placement"):
