@@ -38,6 +38,7 @@ import time
 
 from e2e.bench.lib.procs import cpu_seconds
 from e2e.bench.lib.stats import pct
+from e2e.bench.reporting_micro import read_answer
 
 ROUTE = "/apis/kubeforge.io/v1alpha1/namespaces/{namespace}/trainingjobs/{name}/status"
 BODY = b'{"step": 1200, "totalSteps": 1000000, "metrics": {"loss": 0.0866}}'
@@ -125,9 +126,7 @@ async def _client(i: int, n: int, reader, writer, port: int, period: float, trip
     while True:
         t = time.monotonic()
         writer.write(req)
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = re.search(rb"(?i)content-length:\s*(\d+)", head)
-        await reader.readexactly(int(length.group(1)) if length else 0)
+        await read_answer(reader)
         trips.append(time.monotonic() - t)
         await asyncio.sleep(max(0.0, period - (time.monotonic() - t)))
 

@@ -170,7 +170,7 @@ class Load:
             body = body_of(i, n, kubeflow)
             t = time.monotonic()
             writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
-            code, retry = await _answer(reader)
+            code, retry = await read_answer(reader)
             self.samples.append((t, code, time.monotonic() - t))
             if code == 200:
                 self.warm.add(i)
@@ -179,7 +179,7 @@ class Load:
         writer.close()
 
 
-async def _answer(reader: asyncio.StreamReader) -> tuple[int, float]:
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, float]:
     """One HTTP/1.1 answer: its code and Retry-After (seconds, 0 when absent)."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
