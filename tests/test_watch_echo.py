@@ -26,19 +26,20 @@ class Clock:
 def test_a_write_waits_until_the_watch_shows_its_version_and_any_event_restarts_the_wait():
     clock = Clock()
     echo = WatchEcho(clock)
-    echo.wrote(A, {"metadata": {"resourceVersion": "10"}})
+    echo.wrote(A, {"metadata": {"resourceVersion": "10"}}, "9")
     clock.t += 50
-    echo.wrote(A, {"metadata": {"resourceVersion": "12"}})  # a second write keeps the first wait's time
+    echo.wrote(A, {"metadata": {"resourceVersion": "12"}}, "9")  # a second write keeps the first wait's time
     assert echo.stalled() == (A, 12, 50.0)
     echo.saw(A, "11")  # an older version: still waiting, but the watch is alive now
     clock.t += 20
     assert echo.stalled() == (A, 12, 20.0)
     echo.saw(A, "12")
     assert echo.stalled() is None
-    echo.wrote(A, {"metadata": {"resourceVersion": "13"}})
+    echo.wrote(A, {"metadata": {"resourceVersion": "13"}}, "12")
     echo.forget(A)
     assert echo.stalled() is None
-    echo.wrote(A, {"metadata": {"resourceVersion": "not-a-number"}})  # not followed
+    echo.wrote(A, {"metadata": {"resourceVersion": "14"}}, "14")  # the index shows it already
+    echo.wrote(A, {"metadata": {"resourceVersion": "not-a-number"}}, "12")  # not followed
     assert echo.stalled() is None
 
 
@@ -97,7 +98,7 @@ def test_a_late_delivery_or_a_deleted_job_is_no_stall(monkeypatch):
         await reconcile_job(kube.rt, A)  # nothing new to write: nothing awaited
         body = kube.get("TrainingJob", NS, "a")
         body["status"] = {**body["status"], "phase": "Running"}
-        kube.rt.cache.echo.wrote(A, await kube.put("TrainingJob", body))  # a write that will not be seen
+        kube.rt.cache.echo.wrote(A, await kube.put("TrainingJob", body), None)  # a write that will not be seen
         await kube.remove("TrainingJob", NS, "a")  # deleted; the lagging watch shows neither
         kube.now += STALL_SECONDS + 1
         stop = await _watchdog(kube)

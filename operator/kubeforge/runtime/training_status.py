@@ -55,7 +55,8 @@ async def write_status(rt: Runtime, job: TrainingJobRecord, plan: TrainingPlan, 
         cache.assumptions.forget(key)
         return False
     cache.remember(key, written)
-    cache.echo.wrote(key, written)
+    shown = cache.job(key)
+    cache.echo.wrote(key, written, shown.resource_version if shown is not None else None)
     if plan.forget_assumed:
         cache.assumptions.confirm(key)
     if patch.get("placement"):

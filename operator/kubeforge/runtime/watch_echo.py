@@ -52,8 +52,7 @@ EXIT_WATCH_STALLED = 4
 
 @dataclass
 class WatchEcho:
-    """The operator's own TrainingJob status writes its watch has not echoed yet, and the
-    newest version the watch showed of each job (one integer per job, dropped with the job).
+    """The operator's own TrainingJob status writes its watch has not echoed yet.
 
     Attributes:
         clock: Monotonic seconds (the Cache's clock).
@@ -61,16 +60,15 @@ class WatchEcho:
 
     clock: Callable[[], float] = time.monotonic
     _pending: dict[Hashable, tuple[int, float]] = field(default_factory=dict)
-    _seen: dict[Hashable, int] = field(default_factory=dict)
     _last_event: float | None = None
 
-    def wrote(self, key: Hashable, written: Mapping[str, Any] | None) -> None:
+    def wrote(self, key: Hashable, written: Mapping[str, Any] | None, shown: str | None) -> None:
         """A status write of ``key`` was answered with ``written`` (the object; its
-        ``metadata.resourceVersion`` is read). A job already waiting keeps its first wait's
-        time; a version the watch already showed (its event can come before the write's answer)
-        or that is not a number is not followed."""
+        ``metadata.resourceVersion`` is read) while the index holds version ``shown``. A job
+        already waiting keeps its first wait's time; a version the index already shows (the
+        event can come before the write's answer) or that is not a number is not followed."""
         rv = resource_version(((written or {}).get("metadata") or {}).get("resourceVersion"))
-        if rv is None or self._seen.get(key, -1) >= rv:
+        if rv is None or (resource_version(shown) or -1) >= rv:
             return
         old = self._pending.get(key)
         if old is not None and old[0] >= rv:
@@ -82,17 +80,13 @@ class WatchEcho:
         ``key`` at or below ``rv`` is echoed."""
         self._last_event = self.clock()
         seen = resource_version(rv)
-        if seen is None:
-            return
-        self._seen[key] = max(seen, self._seen.get(key, -1))
         old = self._pending.get(key)
-        if old is not None and seen >= old[0]:
+        if old is not None and seen is not None and seen >= old[0]:
             del self._pending[key]
 
     def forget(self, key: Hashable) -> None:
-        """``key`` is gone: its write is no longer waited for."""
+        """``key`` is gone (or its write is shown): its write is no longer waited for."""
         self._pending.pop(key, None)
-        self._seen.pop(key, None)
 
     def stalled(self) -> tuple[Hashable, int, float] | None:
         """The job that has waited longest, its written version and the seconds waited since
@@ -127,7 +121,7 @@ async def watch_watchdog(rt: Any, stop: asyncio.Event | None, check: float = CHE
             continue
         index = rt.cache.job(key)
         if index is not None and (resource_version(index.resource_version) or 0) >= rv:
-            echo.saw(key, index.resource_version)
+            echo.forget(key)  # shown after all
             continue
         log.error("the TrainingJob watch is stalled: the status write of %s/%s (resourceVersion %d) has "
                   "waited %.0f s for its watch event and no TrainingJob event came meanwhile; the index "
