@@ -21,6 +21,7 @@ from kubeforge.runtime.client import ApiError
 from kubeforge.runtime.events import EventSink
 from kubeforge.runtime.inference import reconcile_service
 from kubeforge.runtime.informer import informers
+from kubeforge.runtime.kopf_watching import configure_watching
 from kubeforge.runtime.leader import lead
 from kubeforge.runtime.pools import pool_status_loop
 from kubeforge.runtime.queue import WorkQueue
@@ -118,8 +119,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubeforge.io")
     settings.persistence.diffbase_storage = NoDiffBase(prefix="kubeforge.io", key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    configure_watching(settings)
     settings.networking.request_timeout = 30
     await rt.client.start()
     rt.api_servers = rt.client.server_addresses()

@@ -7,7 +7,8 @@ operator restarted on a 5,000-node cluster with 2,000 running jobs wrote 1,718 o
 at once, admitted two new jobs 2.5 minutes after its start, and none of the 48 created after
 them in the next 4 minutes (a job created then was not even seen; a second restart did not do
 it again). kopf starts a watcher once per resource and, when that task ends by cancellation,
-neither logs it nor starts another; what stopped it there was not captured.
+neither logs it nor starts another. The likely canceller, kopf's watch inactivity timer, is held
+off by ``runtime/kopf_watching.py``; this check stays for any other.
 
 The operator knows what it must see: each of its status writes of a job comes back through the
 watch as an event of at least the written ``resourceVersion``. :class:`WatchEcho` keeps, per
