@@ -19,7 +19,7 @@ from kubeforge.lifecycle import CreateError
 from kubeforge.objects import PlacementRecord, Record
 from kubeforge.runtime import cache as cache_mod
 from kubeforge.runtime.cache import (
-    ASSUME_TTL, EXPECTATION_TTL, NOMINATION_TTL, SERVICE_RECHECK, Cache, service_key,
+    ASSUME_TTL, EARLY_VIEW_SECONDS, EXPECTATION_TTL, NOMINATION_TTL, SERVICE_RECHECK, Cache, service_key,
 )
 
 KEY = ("ns", "job")
@@ -298,6 +298,26 @@ def test_without_indexes_the_cache_reads_nothing():
     c = Cache()
     assert c.job(KEY) is None and c.job_pods(KEY) == [] and list(c.jobs()) == [] and c.pools() == {}
     assert c.view("h100") is None
+
+
+def test_a_view_before_the_first_round_is_built_once_a_while_and_a_round_replaces_it(clock, monkeypatch):
+    # Each build reads the whole cluster (snapshot, ledger, view): a restart's first reconciles
+    # of 2,000 running jobs at 5,000 nodes asked for two each, before any round had run.
+    c = Cache()
+    builds = []
+    monkeypatch.setattr(c, "pool", lambda name: SimpleNamespace(name=name))
+    monkeypatch.setattr(c, "snapshot", lambda: SimpleNamespace(nodes={}, device_classes=frozenset()))
+    monkeypatch.setattr(cache_mod, "pool_resource", lambda pool: "nvidia.com/gpu")
+    monkeypatch.setattr(cache_mod, "build_ledger", lambda snap, resource: SimpleNamespace(per_node={}))
+    monkeypatch.setattr(cache_mod, "pool_view",
+                        lambda pool, nodes, held, device_classes: builds.append(pool.name) or f"built {len(builds)}")
+    assert [c.view("h100") for _ in range(100)] == ["built 1"] * 100
+    assert c.view("a100") == "built 2"  # per pool
+    clock.t += EARLY_VIEW_SECONDS
+    assert c.view("h100") == "built 3"  # no older than EARLY_VIEW_SECONDS
+    c.round_done({"h100": "the round's"}, {})
+    assert c.view("h100") == "the round's"
+    assert c.view("a100") == "built 4"  # a pool the round did not see: built afresh, not kept from before it
 
 
 def test_the_workers_service_is_taken_as_present_for_a_while_then_checked_again(clock):

@@ -208,3 +208,33 @@ def test_the_job_workers_fit_in_the_clients_requests_in_flight():
 
     assert JOB_WORKERS <= MAX_IN_FLIGHT
     assert SERVICE_WORKERS <= MAX_IN_FLIGHT
+
+
+def test_a_backlog_of_reconciles_that_never_suspend_still_lets_the_loop_run_other_tasks():
+    # A reconcile with nothing to write may never suspend, and a get from a queue that holds
+    # keys does not either: without a yield between keys one worker took a restart's whole
+    # backlog while the watches and the admission round waited (e2e/README-scale-bench.md).
+    async def scenario():
+        seen, turns = [], []
+
+        async def handler(key):
+            seen.append(key)  # no await: finds nothing to do
+            return None
+
+        async def other_task():  # a watch or the admission loop, ready all along
+            while len(seen) < 200:
+                turns.append(len(seen))
+                await asyncio.sleep(0)
+
+        q = WorkQueue(handler, workers=2, name="t")
+        for i in range(200):
+            q.add(i)
+        q.start()
+        await asyncio.wait_for(other_task(), timeout=5)
+        await q.stop()
+        return turns
+
+    turns = asyncio.run(scenario())
+    # Before the fix: one turn at the start, then none until all 200 were done.
+    assert len(turns) >= 50, f"the other task ran {len(turns)} times while 200 keys were handled"
+    assert max(b - a for a, b in zip(turns, turns[1:])) <= 2, "a worker took many keys without a yield"

@@ -42,12 +42,20 @@ from kubeforge.runtime.cache_reader import IndexReader
 from kubeforge.runtime.cache_snapshot import Snapshotter
 from kubeforge.runtime.watch_echo import WatchEcho
 
-__all__ = ["ASSUME_TTL", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK", "Cache", "RoundSeen", "service_key"]
+__all__ = ["ASSUME_TTL", "EARLY_VIEW_SECONDS", "EXPECTATION_TTL", "NOMINATION_TTL", "SERVICE_RECHECK", "Cache",
+           "RoundSeen", "service_key"]
 
 SERVICE_RECHECK = 600.0
 """Seconds the namespace's shared workers Service is taken as present once created (there is
 no watch of Services): after that the next gang creates it again, so one deleted by hand
 comes back (a 409 when it is still there)."""
+
+EARLY_VIEW_SECONDS = 1.0
+"""Seconds a pool's view built before the first admission round is reused (:meth:`Cache.view`),
+as long as a round normally goes between two (``runtime/admission.py: ROUND_INTERVAL``). Each
+build reads the whole cluster (snapshot, ledger, view): at 5,000 nodes about a quarter of a
+second, and a restart's first reconciles of 2,000 running jobs asked for two each
+(2026-12-07, e2e/README-scale-bench.md)."""
 
 
 class RoundSeen(NamedTuple):
@@ -109,6 +117,7 @@ class Cache(IndexReader):
     _snapshots: Snapshotter = field(init=False, repr=False, compare=False)
     _services_made: dict[str, float] = field(default_factory=dict)
     _round_views: dict[str, PoolView] = field(default_factory=dict)
+    _early_views: dict[str, tuple[float, PoolView | None]] = field(default_factory=dict)
     _ledgers: dict[str, Ledger] = field(default_factory=dict)
     _round: RoundSeen = RoundSeen(0, None, {}, {})
     _activator: tuple[tuple[str, ...], int | None] = ((), None)
@@ -184,6 +193,7 @@ class Cache(IndexReader):
         after the round's admissions and, when given, the snapshot it decided on and the
         ledgers it started from (:meth:`last_round`); every call counts one round."""
         self._round_views = dict(views)
+        self._early_views.clear()
         self._ledgers = dict(ledgers)
         self._round = RoundSeen(self._round.count + 1, snapshot, dict(views), dict(before or {}))
 
@@ -199,15 +209,22 @@ class Cache(IndexReader):
 
     def view(self, pool: str) -> PoolView | None:
         """The pool as the last admission round saw it (its levels, tolerations, resource);
-        built now when no round has run yet."""
+        None for a pool that does not exist. Before the first round (or for a pool it did
+        not see), one built from the cluster now, reused for :data:`EARLY_VIEW_SECONDS`."""
         if pool in self._round_views:
             return self._round_views[pool]
+        now = _monotonic()
+        early = self._early_views.get(pool)
+        if early is not None and now - early[0] < EARLY_VIEW_SECONDS:
+            return early[1]
         rec = self.pool(pool)
-        if rec is None:
-            return None
-        snap = self.snapshot()
-        return pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node,
-                         device_classes=snap.device_classes)
+        view = None
+        if rec is not None:
+            snap = self.snapshot()
+            view = pool_view(rec, snap.nodes, build_ledger(snap, pool_resource(rec)).per_node,
+                             device_classes=snap.device_classes)
+        self._early_views[pool] = (now, view)
+        return view
 
     # --- the namespaces' workers Services -----------------------------------------------------
 

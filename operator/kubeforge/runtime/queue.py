@@ -130,6 +130,11 @@ class WorkQueue:
 
     async def _work(self) -> None:
         while True:
+            # Yield to the loop between two keys: a get from a queue that holds keys does not,
+            # and a reconcile that finds nothing to write may not either, so one worker could
+            # take a whole backlog while the watches and the admission round wait (a restart
+            # at 5,000 nodes with 2,000 running jobs: no round in 4 minutes, 2026-12-07).
+            await asyncio.sleep(0)
             lane, _, key = await self._queue.get()
             if self._pending.get(key) != lane:
                 continue  # the key moved to the urgent lane and was taken from there
