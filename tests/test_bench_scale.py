@@ -137,3 +137,14 @@ def test_the_burst_admits_the_same_gangs_to_the_same_nodes_every_way(capsys):
     assert results[0][1] == results[1][1] == results[2][1]
     assert main(["--nodes", "48", "--jobs", "60", "--per-round", "20"]) == 0
     assert "same admissions" in capsys.readouterr().out
+
+
+def test_restart_probe_reads_admission_from_the_api_servers_timestamps():
+    from e2e.bench.scale.restart import admitted_after
+
+    def tj(*conds):
+        return {"metadata": {"creationTimestamp": "2026-12-07T20:44:28Z"}, "status": {"conditions": list(conds)}}
+
+    assert admitted_after(tj({"type": "Admitted", "status": "True", "lastTransitionTime": "2026-12-07T20:44:51Z"})) == 23
+    assert admitted_after(tj({"type": "Admitted", "status": "False", "lastTransitionTime": "2026-12-07T20:44:30Z"})) is None
+    assert admitted_after({"metadata": {"creationTimestamp": "2026-12-07T20:44:28Z"}}) is None
