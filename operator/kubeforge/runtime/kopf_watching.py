@@ -27,10 +27,10 @@ blind to that resource until it restarts.
 
 It takes an event that arrives just before the deadline while the event loop is late, which is
 what an overloaded control plane gives: the API server sends a watch's bookmarks late (kopf's
-70 s assume one a minute) and the operator's loop lags behind its own catch-up writes. That is
-how a restart at 5,000 nodes lost its TrainingJob watch on 2026-12-07
-(e2e/README-scale-bench.md); ``tests/test_kopf_watching.py`` drives kopf's own ``watch_objs``
-into it. With the timer past :data:`CLIENT_TIMEOUT`, each request ends by the server or by
+70 s assume one a minute) and the operator's loop lags behind its own catch-up writes. It is
+the likely way a restart at 5,000 nodes lost its TrainingJob watch on 2026-12-07 (no debug log
+was kept to show it; e2e/README-scale-bench.md); ``tests/test_kopf_watching.py`` drives kopf's
+own ``watch_objs`` into it. With the timer past :data:`CLIENT_TIMEOUT`, each request ends by the server or by
 aiohttp first (aiohttp cancels only inside its own reads, and a late one surfaces as a
 ``TimeoutError`` from the next read, which kopf catches), so a silent stream is still dropped,
 after at most :data:`CLIENT_TIMEOUT` instead of 70 s. ``runtime/watch_echo.py`` stays as the
