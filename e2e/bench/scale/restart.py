@@ -17,11 +17,11 @@ again on the same cluster.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import time
 from typing import Sequence
 
+from e2e.bench.lib.procs import cpu_seconds
+from e2e.bench.lib.timing import ts
 from e2e.bench.training.workload import Job, checkpoint_spec, training_job
 from kubeforge.demo import start_operator, stop_operator
 from kubeforge.sim.cluster import Cluster
@@ -29,24 +29,12 @@ from kubeforge.sim.cluster import Cluster
 NAMESPACE = "bench-kubeforge"
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` in seconds (Linux ``/proc/<pid>/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _stamp(text: str) -> float:
-    """Unix seconds of an RFC 3339 time as the API server writes it (``...Z``)."""
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def admitted_after(obj: dict) -> float | None:
     """Seconds from a TrainingJob's creation to its ``Admitted=True`` condition, by the API
     server's timestamps; None while it has none."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Admitted" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
-            return _stamp(cond["lastTransitionTime"]) - _stamp(obj["metadata"]["creationTimestamp"])
+            return ts(cond["lastTransitionTime"]) - ts(obj["metadata"]["creationTimestamp"])
     return None
 
 
@@ -77,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         created[name] = time.time()
         time.sleep(opts.every)
     time.sleep(opts.settle)
-    print(f"operator CPU {_cpu_seconds(pid):.1f} s over {time.time() - t0:.0f} s")
+    print(f"operator CPU {cpu_seconds(pid):.1f} s over {time.time() - t0:.0f} s")
     for name, at in created.items():
         obj = api.get_namespaced_custom_object("kubeforge.io", "v1alpha1", NAMESPACE, "trainingjobs", name)
         after = admitted_after(obj)
