@@ -149,10 +149,10 @@ class KubeforgeSLO:
         self.next = now + self.interval
         signals = view.prom.signals(now, self.slo.window, self.slo.percentile)
         pp = self.policy.predictive
-        lead = view.starts.longest()  # the runtime always passes status.startTime's p90
         if pp is None:
-            d = decide(self.policy, self.state, current, signals, now, lead_seconds=lead)
+            d = decide(self.policy, self.state, current, signals, now)
         else:
+            lead = view.starts.longest()
             d = decide(self.policy, self.state, current, signals, now, history=self._history(view, now, pp, lead),
                        lead_seconds=lead)
         self.state, self.last = d.state, d

@@ -40,8 +40,7 @@ from ._forecast import MAX_GROWTH, DemandHistory, Forecast, PredictivePolicy, fo
 from ._policy import PANIC_THRESHOLD, AutoscalingPolicy, SLOPolicy
 from ._queue_model import erlang_c, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
 from ._signals import SIGNAL_NAMES, Signals
-from ._slo import SLOSizing, size_for_slo
-from ._slo_status import SLOStatus, slo_status
+from ._slo import SLOSizing, SLOStatus, size_for_slo, slo_status
 from ._state import MAX_EVENTS, MAX_RECOMMENDATIONS, AutoscalerState, Direction, Sample, fresh_value
 from ._steps import Limit, Reading, Recommendation, bound, peak_floor, rate_limit, read_metrics, recommend, stabilize
 

@@ -17,8 +17,7 @@ from . import _reasons as R
 from ._forecast import DemandHistory, Forecast, forecast_demand, forecast_replicas
 from ._policy import AutoscalingPolicy
 from ._signals import Signals
-from ._slo import SLOSizing
-from ._slo_status import SLOStatus, slo_status
+from ._slo import SLOSizing, SLOStatus, slo_status
 from ._state import AutoscalerState, Direction, _dedupe
 from ._steps import (
     Limit, Reading, Recommendation, _num, _replicas, bound, peak_floor, rate_limit, read_metrics, recommend, stabilize,
@@ -204,13 +203,11 @@ def _paced(policy: AutoscalingPolicy, reading: Reading, rec: Recommendation, st:
 
 
 def _scale(policy: AutoscalingPolicy, reading: Reading, st: AutoscalerState,
-           history: tuple[tuple[float, int], ...], current: int, placeable: int | None, now: float,
-           lead: float | None = None) -> _Course:
+           history: tuple[tuple[float, int], ...], current: int, placeable: int | None, now: float) -> _Course:
     """Usable input: step 2 (:func:`recommend`: the queue's or the SLO model's count, the
     activation threshold, scale to zero), the ``SLOMet`` outcome in SLO mode, then either a
-    direct path (:func:`_direct`) or the paced one (:func:`_paced`). ``lead``: the measured
-    start, s (SLO mode counts the queue still there after it)."""
-    rec = recommend(policy, reading, st, current, now, lead)
+    direct path (:func:`_direct`) or the paced one (:func:`_paced`)."""
+    rec = recommend(policy, reading, st, current, now)
     if rec.sizing is not None:
         st = rec.sizing.state
     notes = [rec.note]
@@ -363,9 +360,8 @@ def decide(
             can hold right now; ``None`` for unknown or unlimited.
         history: The admission rate's history for predictive scale-up
             (:class:`~kubeforge.autoscaling.DemandHistory`), or None (not read: no forecast).
-        lead_seconds: The service's measured p90 start, s (``status.startTime``), or None. SLO
-            mode counts the part of the queue still waiting after it (None: all of it);
-            predictive scale-up looks that far ahead (``policy.lead_seconds`` wins there).
+        lead_seconds: The service's measured p90 start, s (``status.startTime``), or None;
+            ``policy.lead_seconds`` wins over it.
 
     Returns:
         The :class:`Decision`, with the state for the next call (:func:`_recorded`).
@@ -379,7 +375,7 @@ def decide(
     st = _seeded(policy, state, current, now)
     reading = read_metrics(policy, metric, current)
     if reading.usable:
-        course = _scale(policy, reading, st, st.recommendations, current, placeable_replicas, now, lead_seconds)
+        course = _scale(policy, reading, st, st.recommendations, current, placeable_replicas, now)
     else:
         course = _hold(policy, reading, st, current, placeable_replicas, now)
     course, fc, predicted = _ahead(policy, course, reading, history, lead_seconds, current, placeable_replicas, now)

@@ -86,16 +86,8 @@ MAX_SERVERS = 1e6
 
 
 def replicas_for_wait(arrival_rate: float, service_seconds: float, concurrency: float, wait_budget: float,
-                      quantile: float, max_replicas: int, present: float = 0.0) -> int | None:
+                      quantile: float, max_replicas: int) -> int | None:
     """Fewest replicas whose M/M/c wait at ``quantile`` is within ``wait_budget``.
-
-    With ``present`` requests in the system (running and queued) when a new arrival comes,
-    the ``present - c`` beyond the ``c`` servers are ahead of it: ``c`` busy servers finish
-    ``c / S`` requests a second, so it first waits about ``(present - c) * S / c`` seconds
-    (FCFS, the fluid drain of the queue ahead: a queue that does not start empty, which the
-    stationary formula leaves out). The count must fit that drain plus the stationary wait
-    quantile within the budget. A budget of 0 or less (no queueing at the quantile) ignores
-    it: it already asks for no wait.
 
     Args:
         arrival_rate: Requests per second, >= 0.
@@ -105,8 +97,6 @@ def replicas_for_wait(arrival_rate: float, service_seconds: float, concurrency: 
             at that quantile (``C <= 1 - quantile``).
         quantile: In (0, 1).
         max_replicas: The most replicas to consider, >= 1.
-        present: Requests in the system a new arrival finds, >= 0 (default 0: the stationary
-            wait alone).
 
     Returns:
         The replica count in ``[1, max_replicas]``, ``0`` with no arrivals, or ``None`` when
@@ -125,11 +115,9 @@ def replicas_for_wait(arrival_rate: float, service_seconds: float, concurrency: 
         if a >= c:
             continue
         erl = c * b / (c - a * (1.0 - b))
-        ahead = max(0.0, present - c) * service_seconds / c if budget > 0 else 0.0
         if erl <= 1.0 - quantile:
-            if ahead <= budget:
-                return n
-        elif budget > 0 and ahead + service_seconds / (c - a) * math.log(erl / (1.0 - quantile)) <= budget:
+            return n
+        if budget > 0 and service_seconds / (c - a) * math.log(erl / (1.0 - quantile)) <= budget:
             return n
     return None
 

@@ -1,16 +1,17 @@
-"""SLO mode's sizing: the replicas the queue model asks for (the ``SLOMet`` outcome: ``_slo_status``)."""
+"""SLO mode's two pure parts: the replicas the queue model asks for, and the ``SLOMet`` outcome."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
+from . import _reasons as R
 from ._policy import SLOPolicy
 from ._queue_model import MAX_SERVERS, fit_itl, itl_concurrency, replicas_for_wait, update_itl_fit, wait_quantile
 from ._signals import Signals
 from ._state import AutoscalerState
 
-__all__ = ["CAP_RISE_SECONDS", "KV_USAGE_MIN", "KV_USAGE_TRUSTED", "SLOSizing", "size_for_slo"]
+__all__ = ["CAP_RISE_SECONDS", "KV_USAGE_MIN", "KV_USAGE_TRUSTED", "SLOSizing", "SLOStatus", "size_for_slo", "slo_status"]
 
 #: Least mean KV-cache usage from which ``running / usage`` estimates what a replica holds:
 #: below it the ratio magnifies noise (a replica running one short request).
@@ -90,11 +91,6 @@ class _Measured:
         k_itl: Most running requests per replica that keep the ITL target, or None.
         budget: TTFT target minus the prefill percentile, s (None without a TTFT target).
         state: The carried state with this poll's measurements remembered.
-        steady: What the replicas admitted over the window, requests/s (``rate``): the
-            demand a drain over a start time is measured against.
-        present: Requests a new arrival finds in the system (running + the queue still
-            waiting) when a replica asked for now serves (:func:`_lasting_backlog`; 0 without
-            such a queue).
     """
 
     q: float
@@ -107,8 +103,6 @@ class _Measured:
     k_itl: float | None
     budget: float | None
     state: AutoscalerState
-    steady: float = 0.0
-    present: float = 0.0
 
 
 def _arrival_rate(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: float) -> tuple[float, float]:
@@ -196,40 +190,7 @@ def _measure(slo: SLOPolicy, signals: Signals, state: AutoscalerState, now: floa
     if slo.itl_seconds is not None:
         k_itl = itl_concurrency(slo.itl_seconds, fit_itl(fit_sums), per_replica, itl)
     budget = None if slo.ttft_seconds is None else slo.ttft_seconds - (prefill or 0.0)
-    return _Measured(slo.percentile / 100.0, queued, lam, s, prefill, per_replica, k, k_itl, budget, new_state,
-                     signals.value("admission_rate") or 0.0)
-
-
-def _lasting_backlog(m: _Measured, running: float | None, current: int, lead_seconds: float | None) -> float:
-    """Step 4's queue that lasts: the requests a new arrival finds in the service when a
-    replica asked for now is Ready, ``running + left`` (0 when ``left`` is 0: the stationary
-    model alone), where ``left = max(0, queued - drain * lead)`` is what remains of today's
-    queue by then.
-
-    - ``drain``: what the ``current`` replicas clear beyond the window's admission rate,
-      ``max(0, current * k / S - rate)`` requests a second (a full replica finishes ``k / S``).
-      Over a start of minutes the window's rate is the demand the queue drains against, not
-      the last seconds' spike (step 1's ``irate`` plus the queue's growth): on the autoscaling
-      bench's 5-minute starts the spike made five burst onsets of its one-hour trace ask for
-      replicas that were Ready only after their queue had gone (95.6 % attainment at 353
-      replica-minutes against 96.6 % at 344 without the term). Replicas asked for earlier and
-      still starting count as draining for the whole lead (they are Ready before one asked
-      now): this errs toward the stationary count. A queue that grows meanwhile is not
-      projected: that growth is demand, which the stationary term sizes for as a rate.
-    - ``lead``: the service's measured start (``status.startTime``'s p90), 0 when none was
-      measured (the whole queue counts).
-
-    Why only what lasts: a replica that starts in minutes serves nobody now waiting if the
-    replicas there clear them first; one that is Ready in a second (a kwok pod, a warm start)
-    serves arrivals that queue behind all of them. Without this term a burst's first queue was
-    left out of the predicted wait (e2e/README-keda-live.md, "Why SLO mode does not win here":
-    83 queued on 2 replicas, predicted p90 TTFT 0.147 s, measured 0.81 s)."""
-    if m.queued <= 0 or not m.s or not m.k:
-        return 0.0
-    lead = lead_seconds if lead_seconds is not None and math.isfinite(lead_seconds) and lead_seconds > 0 else 0.0
-    drain = max(0.0, current * m.k / m.s - m.steady)
-    left = max(0.0, m.queued - drain * lead)
-    return (running or 0.0) + left if left > 0 else 0.0
+    return _Measured(slo.percentile / 100.0, queued, lam, s, prefill, per_replica, k, k_itl, budget, new_state)
 
 
 def _count(slo: SLOPolicy, m: _Measured, rate: float, max_replicas: int) -> int:
@@ -239,7 +200,7 @@ def _count(slo: SLOPolicy, m: _Measured, rate: float, max_replicas: int) -> int:
     assert m.s
     n = 1
     if slo.ttft_seconds is not None and m.k is not None:
-        n_ttft = replicas_for_wait(rate, m.s, m.k, m.budget or 0.0, m.q, max_replicas, m.present)
+        n_ttft = replicas_for_wait(rate, m.s, m.k, m.budget or 0.0, m.q, max_replicas)
         n = max_replicas + 1 if n_ttft is None else max(n, n_ttft)
     if m.k_itl is not None:
         need = rate * m.s / m.k_itl if m.k_itl > 0 else math.inf
@@ -286,8 +247,6 @@ def _message(slo: SLOPolicy, m: _Measured, needed: int, banded: bool, tolerance:
     msg = ", ".join(parts) + f": the queue model needs {needed}"
     if banded:
         msg += f" (within the {tolerance * 100:g}% tolerance on arrivals)"
-    if m.present > 0:
-        msg += f" (a new arrival finds {_num(m.present)} requests there when a replica asked for now serves)"
     if predicted is not None:
         msg += f" (predicted p{slo.percentile:g} TTFT {_num(predicted)}s)"
     if breach:
@@ -297,7 +256,7 @@ def _message(slo: SLOPolicy, m: _Measured, needed: int, banded: bool, tolerance:
 
 
 def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, current: int, max_replicas: int,
-                 now: float, tolerance: float = 0.0, lead_seconds: float | None = None) -> SLOSizing:
+                 now: float, tolerance: float = 0.0) -> SLOSizing:
     """The replicas the SLO needs, from the M/M/c model (:mod:`kubeforge.autoscaling._queue_model`).
 
     1. **Demand** ``lambda``: what the replicas admit now (``irate`` of the admissions, the
@@ -319,9 +278,7 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
        binds first); a remembered cap below the KV estimate rises toward it, with time
        constant :data:`CAP_RISE_SECONDS`, in polls at :data:`KV_USAGE_TRUSTED` usage or more
        where no replica queues (a cap measured once low is corrected).
-    4. **TTFT**: the fewest replicas whose M/M/c wait quantile fits ``ttft - prefill``, after
-       the wait behind the queue that will still be there when they serve
-       (:func:`_lasting_backlog`: ``(running + left - c) * S / c`` with ``c = n * k``).
+    4. **TTFT**: the fewest replicas whose M/M/c wait quantile fits ``ttft - prefill``.
     5. **ITL**: ``ceil(lambda * S / k_itl)`` with ``k_itl`` from the linear ITL fit.
     6. **Tolerance** (the HPA's, on the arrival rate): when ``current`` lies between the
        counts needed at ``lambda * (1 - tolerance)`` and ``lambda * (1 + tolerance)``, it is
@@ -338,8 +295,6 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
         max_replicas: ``maxReplicas`` (the search stops there).
         now: Unix seconds.
         tolerance: The relative band on the arrival rate (``autoscaling.tolerance``) >= 0.
-        lead_seconds: The service's measured start, s (``status.startTime``), or None (the
-            whole queue counts in step 4).
 
     Returns:
         The :class:`SLOSizing`.
@@ -353,13 +308,11 @@ def size_for_slo(slo: SLOPolicy, signals: Signals, state: AutoscalerState, curre
     if not m.s or (m.k is None and m.k_itl is None):
         return SLOSizing(None, m.lam, m.s, m.k, m.k_itl, m.budget, None, False,
                          f"arrivals {_num(m.lam)}/s but no service time or replica capacity measured yet", m.state)
-    m = replace(m, present=_lasting_backlog(m, signals.value("running"), current, lead_seconds))
     needed, banded = _within_tolerance(slo, m, current, max_replicas, tolerance)
     predicted = None
     if m.k is not None and needed <= max_replicas:
         c = max(1, int(math.floor(min(needed * m.k, MAX_SERVERS) + 1e-9)))
-        ahead = max(0.0, m.present - c) * m.s / c
-        predicted = wait_quantile(c, m.lam * m.s, m.s, m.q) + ahead + (m.prefill or 0.0)
+        predicted = wait_quantile(c, m.lam * m.s, m.s, m.q) + (m.prefill or 0.0)
     needed, breach, new_state = _feedback(slo, signals, state, m, needed, current, now)
     msg = _message(slo, m, needed, banded, tolerance, predicted, breach, signals.value("ttft"), current)
     return SLOSizing(needed, m.lam, m.s, m.k, m.k_itl, m.budget, predicted, breach, msg, new_state)
@@ -378,3 +331,47 @@ def _unmeasured_capacity(slo: SLOPolicy, m: _Measured, current: int, max_replica
     msg = (f"arrivals {_num(m.lam)}/s x {_num(m.s)}s running but no replica capacity measured yet: "
            f"holding {current} replicas, at most {bound} even at one request per replica: {needed}")
     return SLOSizing(needed, m.lam, m.s, None, m.k_itl, m.budget, None, False, msg, m.state, held=True)
+
+
+@dataclass(frozen=True)
+class SLOStatus:
+    """The ``SLOMet`` condition's content: status (``None`` = Unknown), reason constant, message."""
+
+    met: bool | None
+    reason: str
+    message: str
+    ttft: float | None = None
+    itl: float | None = None
+
+
+def slo_status(slo: SLOPolicy, signals: Signals, prefill: float | None) -> SLOStatus:
+    """Measured percentiles against the targets.
+
+    Returns:
+        ``met`` True (:data:`TARGET_MET`) when every configured target holds; False with
+        :data:`PREFILL_ABOVE_TARGET` (the TTFT target is below the prefill percentile alone),
+        :data:`TIME_TO_FIRST_TOKEN_ABOVE_TARGET` or :data:`INTER_TOKEN_LATENCY_ABOVE_TARGET`;
+        ``None`` with :data:`NO_RECENT_REQUESTS` when nothing was measured in the window.
+    """
+    p = f"p{slo.percentile:g}"
+    ttft, itl = signals.value("ttft"), signals.value("itl")
+    parts, reason, met = [], R.TARGET_MET, True
+    measured = False
+    if slo.ttft_seconds is not None and ttft is not None:
+        measured = True
+        parts.append(f"{p} time to first token {_num(ttft)}s (target {_num(slo.ttft_seconds)}s)")
+        if ttft > slo.ttft_seconds:
+            met = False
+            reason = (R.PREFILL_ABOVE_TARGET if prefill is not None and prefill >= slo.ttft_seconds
+                      else R.TIME_TO_FIRST_TOKEN_ABOVE_TARGET)
+            if reason == R.PREFILL_ABOVE_TARGET:
+                parts.append(f"the {p} prefill alone takes {_num(prefill)}s: more replicas cannot meet the target")
+    if slo.itl_seconds is not None and itl is not None:
+        measured = True
+        parts.append(f"{p} inter-token latency {_num(itl)}s (target {_num(slo.itl_seconds)}s)")
+        if itl > slo.itl_seconds and met:
+            met, reason = False, R.INTER_TOKEN_LATENCY_ABOVE_TARGET
+    if not measured:
+        return SLOStatus(None, R.NO_RECENT_REQUESTS,
+                         f"no request measured in the last {slo.window_seconds:g}s", ttft, itl)
+    return SLOStatus(met, reason, "; ".join(parts), ttft, itl)

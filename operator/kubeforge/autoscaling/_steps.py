@@ -149,7 +149,7 @@ class Recommendation:
 
 
 def recommend(policy: AutoscalingPolicy, reading: Reading, state: AutoscalerState, current: int,
-              now: float, lead_seconds: float | None = None) -> Recommendation:
+              now: float) -> Recommendation:
     """Step 2: the desired replicas from the reading, before stabilization.
 
     Queue-depth mode: ``ceil(metric / targetPerReplica)`` (HPA ``AverageValue``, KEDA), kept
@@ -161,7 +161,6 @@ def recommend(policy: AutoscalingPolicy, reading: Reading, state: AutoscalerStat
 
     Args:
         reading: A usable :class:`Reading`.
-        lead_seconds: The service's measured start, s, or None (SLO mode's backlog term).
     """
     p = policy
     assert reading.value is not None
@@ -172,7 +171,7 @@ def recommend(policy: AutoscalingPolicy, reading: Reading, state: AutoscalerStat
         sig = reading.signals
         assert sig is not None and p.slo is not None
         active = m > act or (sig.value("admission_rate") or 0.0) > 0
-        sizing = size_for_slo(p.slo, sig, state, current, p.max_replicas, now, p.tolerance, lead_seconds)
+        sizing = size_for_slo(p.slo, sig, state, current, p.max_replicas, now, p.tolerance)
         raw = current if sizing.needed is None else sizing.needed
         note = sizing.message + ("" if sizing.needed is not None else f"; holding {_replicas(current)}")
     else:
