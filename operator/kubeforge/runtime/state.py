@@ -125,6 +125,10 @@ class Runtime:
             (:class:`~kubeforge.runtime.status_book.ReportBook`), read by the job's reconcile.
         status_server: The status endpoint, once started (None: not served).
         status_ca: The endpoint's CA (PEM) once it serves; worker pods get reporting only then.
+        status_ca_refresh: This start serves another CA than the ConfigMaps may hold (a new
+            one, or the Secret's signed again with key identifiers): every reconciled job's
+            namespace gets its CA ConfigMap rewritten, not only those where pods are made, so
+            running pods' projected copy is replaced.
         status_ca_written: The CA last written to each namespace's ConfigMap.
         exit_code: ``kubeforge run``'s exit code once a loop stopped the operator on purpose
             (0: none did; :data:`~kubeforge.runtime.watch_echo.EXIT_WATCH_STALLED`).
@@ -147,6 +151,7 @@ class Runtime:
     reports: ReportBook = field(default_factory=ReportBook)
     status_server: Any = None
     status_ca: str | None = None
+    status_ca_refresh: bool = False
     status_ca_written: dict[str, str] = field(default_factory=dict)
     exit_code: int = 0
 

@@ -133,6 +133,7 @@ class StatusServer:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         self.rt.status_ca = cert.ca
+        self.rt.status_ca_refresh = cert.ca_changed
         log.info("status endpoint on https://%s:%d (workers report to %s)", self.host, self.port,
                  opts.status_url or "nowhere: --status-url not set")
 

@@ -12,6 +12,14 @@ under running pods. Here nothing random is in the manifests:
   certificate that no longer covers the hosts, or has less than :data:`RENEW_BEFORE_SECONDS`
   left, is issued again from the same CA at start (the pods' CA does not change).
 - Without the flag (a local operator) the certificate lives in memory for the process's life.
+- Both certificates carry the key identifiers of RFC 5280 (4.2.1.1, 4.2.1.2): Python 3.13's
+  default client context sets ``VERIFY_X509_STRICT``, under which OpenSSL refuses a CA without
+  a Subject Key Identifier and a certificate without an Authority Key Identifier ("Missing
+  Authority Key Identifier"), so a worker on 3.13 could not report. A CA made before that
+  (a Secret written by an earlier kubeforge) is signed again at start with its own key, the
+  identifiers added (:func:`strict_ready`, :func:`with_key_ids`): the leaf it issued still
+  verifies under the old copy that running pods hold, and the namespaces' ConfigMaps are
+  rewritten with the new copy.
 - Workers get the CA through a projected ConfigMap, ``kubeforge-status-ca`` in their namespace
   (KEP-2779 does the same), which :func:`ensure_status_ca` writes before a job's pods are made.
 """
@@ -25,7 +33,7 @@ import logging
 import os
 import ssl
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubeforge.builders.reporting import build_ca_config_map, ca_of
@@ -51,12 +59,18 @@ class ServingCert:
         ca_key: The CA's private key (to issue the serving certificate again).
         cert: The serving certificate.
         key: Its private key.
+        ca_changed: Whether this start serves another CA than the namespaces' ConfigMaps may
+            hold: a new one (no Secret, or none in it) or the Secret's signed again to add its
+            key identifiers (:func:`with_key_ids`; the old copy is refused by a strict client).
+            The ConfigMaps are then rewritten as their jobs are reconciled
+            (``Runtime.status_ca_refresh``), not only when pods are made. Not compared.
     """
 
     ca: str
     ca_key: str
     cert: str
     key: str
+    ca_changed: bool = field(default=False, compare=False)
 
     def secret_data(self) -> dict[str, str]:
         """The Secret's ``data`` (base64)."""
@@ -82,21 +96,72 @@ def _name(cn: str) -> Any:
 
 def new_ca(now: float) -> tuple[str, str]:
     """A self-signed CA (P-256): ``(certificate PEM, key PEM)``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    key = ec.generate_private_key(ec.SECP256R1())
+    key_pem = _pem(ec.generate_private_key(ec.SECP256R1()))
     start = dt.datetime.fromtimestamp(now - 300, tz=dt.timezone.utc)
+    return _ca_cert(key_pem, start, start + dt.timedelta(seconds=CA_SECONDS)), key_pem
+
+
+def _ca_cert(key_pem: str, start: dt.datetime, end: dt.datetime) -> str:
+    """The self-signed CA certificate of ``key_pem`` (PEM) valid from ``start`` to ``end``, with
+    its Subject and Authority Key Identifiers (RFC 5280's method 1: SHA-1 of the key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())  # type: ignore[arg-type]
     cert = (x509.CertificateBuilder().subject_name(_name("kubeforge-status-ca")).issuer_name(_name("kubeforge-status-ca"))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(start).not_valid_after(start + dt.timedelta(seconds=CA_SECONDS))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())  # type: ignore[arg-type]
+            .not_valid_before(start).not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False, key_agreement=False,
                                          encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
-    return _pem(cert), _pem(key)
+            .add_extension(ski, critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+            .sign(key, hashes.SHA256()))  # type: ignore[arg-type]
+    return _pem(cert)
+
+
+def _has(cert: Any, ext: Any) -> bool:
+    from cryptography import x509
+
+    try:
+        cert.extensions.get_extension_for_class(ext)
+    except x509.ExtensionNotFound:
+        return False
+    return True
+
+
+def strict_ready(sc: ServingCert) -> bool:
+    """Whether a client with ``VERIFY_X509_STRICT`` (Python 3.13's default) accepts the pair's
+    key identifiers: the CA has a Subject Key Identifier, the serving certificate an Authority
+    Key Identifier. False for an unreadable certificate."""
+    from cryptography import x509
+
+    try:
+        ca = x509.load_pem_x509_certificate(sc.ca.encode())
+        leaf = x509.load_pem_x509_certificate(sc.cert.encode())
+    except ValueError:
+        return False
+    return _has(ca, x509.SubjectKeyIdentifier) and _has(leaf, x509.AuthorityKeyIdentifier)
+
+
+def with_key_ids(ca_pem: str, ca_key_pem: str) -> str:
+    """The CA ``ca_pem`` signed again with its own key, its validity kept, the key identifiers
+    added (the same CA when it has them). A certificate it issued verifies under either copy:
+    same subject, same key.
+
+    Raises:
+        ValueError: a certificate or key that does not load.
+    """
+    from cryptography import x509
+
+    ca = x509.load_pem_x509_certificate(ca_pem.encode())
+    if _has(ca, x509.SubjectKeyIdentifier):
+        return ca_pem
+    return _ca_cert(ca_key_pem, ca.not_valid_before_utc, ca.not_valid_after_utc)
 
 
 def _san(hosts: list[str]) -> Any:
@@ -126,6 +191,8 @@ def issue(ca_pem: str, ca_key_pem: str, hosts: list[str], now: float) -> tuple[s
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(start).not_valid_after(start + dt.timedelta(seconds=CERT_SECONDS))
             .add_extension(_san(hosts), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.public_key()), critical=False)  # type: ignore[arg-type]
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
@@ -186,7 +253,8 @@ async def serving_cert(client: Any, secret: tuple[str, str] | None, hosts: list[
         ApiError: the Secret could not be read or written (the operator cannot serve TLS).
     """
     if secret is None:
-        return make_cert(hosts, now)
+        made = make_cert(hosts, now)
+        return ServingCert(made.ca, made.ca_key, made.cert, made.key, ca_changed=True)
     ns, name = secret
     path = f"/api/v1/namespaces/{ns}/secrets/{name}"
     for _ in range(3):
@@ -197,9 +265,11 @@ async def serving_cert(client: Any, secret: tuple[str, str] | None, hosts: list[
                 raise
             body = None
         have = _from_secret(body)
-        if have is not None and covers(have.cert, hosts, now):
+        if have is not None and covers(have.cert, hosts, now) and strict_ready(have):
             return have
-        made = make_cert(hosts, now, (have.ca, have.ca_key) if have else None)
+        made = make_cert(hosts, now, (with_key_ids(have.ca, have.ca_key), have.ca_key) if have else None)
+        if have is None or made.ca != have.ca:
+            made = ServingCert(made.ca, made.ca_key, made.cert, made.key, ca_changed=True)
         obj = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": made.secret_data(),
                "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "kubeforge"}}}
         try:
@@ -209,7 +279,9 @@ async def serving_cert(client: Any, secret: tuple[str, str] | None, hosts: list[
             else:
                 obj["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"]
                 await client.request("PUT", path, obj, resource="secrets")
-                log.info("status endpoint: issued a new serving certificate in Secret %s/%s (same CA)", ns, name)
+                log.info("status endpoint: issued a new serving certificate in Secret %s/%s (same CA%s)", ns, name,
+                         ", signed again with its key identifiers: strict clients such as Python 3.13's refused it"
+                         if made.ca_changed else "")
             return made
         except ApiError as e:
             if e.code != 409:  # another replica wrote it first: read theirs

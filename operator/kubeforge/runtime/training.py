@@ -146,6 +146,8 @@ async def reconcile_job(rt: Runtime, key: Key) -> float | None:
         rt.wake_admission()
         return None
     job = rt.cache.effective(key, rec)
+    if rt.status_ca_refresh:
+        await ensure_status_ca(rt, key[0])  # once per namespace and CA: running pods read the new copy
     now = time.time()
     terminating = await namespace_terminating(rt, key[0], rt.cache.job_pods(key))
     plan = plan_training(job, _context(rt, job, now, terminating))
