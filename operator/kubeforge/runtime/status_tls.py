@@ -19,7 +19,7 @@ under running pods. Here nothing random is in the manifests:
   (a Secret written by an earlier kubeforge) is signed again at start with its own key, the
   identifiers added (:func:`strict_ready`, :func:`with_key_ids`): the leaf it issued still
   verifies under the old copy that running pods hold, and the namespaces' ConfigMaps are
-  rewritten with the new copy.
+  rewritten with the new copy as their jobs are reconciled (``ServingCert.ca_changed``).
 - Workers get the CA through a projected ConfigMap, ``kubeforge-status-ca`` in their namespace
   (KEP-2779 does the same), which :func:`ensure_status_ca` writes before a job's pods are made.
 """
@@ -33,7 +33,7 @@ import logging
 import os
 import ssl
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubeforge.builders.reporting import build_ca_config_map, ca_of
@@ -98,18 +98,18 @@ def new_ca(now: float) -> tuple[str, str]:
     """A self-signed CA (P-256): ``(certificate PEM, key PEM)``."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    key_pem = _pem(ec.generate_private_key(ec.SECP256R1()))
+    key = ec.generate_private_key(ec.SECP256R1())
     start = dt.datetime.fromtimestamp(now - 300, tz=dt.timezone.utc)
-    return _ca_cert(key_pem, start, start + dt.timedelta(seconds=CA_SECONDS)), key_pem
+    return _ca_cert(key, start, start + dt.timedelta(seconds=CA_SECONDS)), _pem(key)
 
 
-def _ca_cert(key_pem: str, start: dt.datetime, end: dt.datetime) -> str:
-    """The self-signed CA certificate of ``key_pem`` (PEM) valid from ``start`` to ``end``, with
-    its Subject and Authority Key Identifiers (RFC 5280's method 1: SHA-1 of the key)."""
+def _ca_cert(key: Any, start: dt.datetime, end: dt.datetime) -> str:
+    """The self-signed CA certificate (PEM) of the private ``key`` valid from ``start`` to
+    ``end``, with its Subject and Authority Key Identifiers (RFC 5280's method 1: SHA-1 of the
+    key)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
 
-    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())  # type: ignore[arg-type]
     cert = (x509.CertificateBuilder().subject_name(_name("kubeforge-status-ca")).issuer_name(_name("kubeforge-status-ca"))
             .public_key(key.public_key()).serial_number(x509.random_serial_number())  # type: ignore[arg-type]
@@ -157,11 +157,13 @@ def with_key_ids(ca_pem: str, ca_key_pem: str) -> str:
         ValueError: a certificate or key that does not load.
     """
     from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
 
     ca = x509.load_pem_x509_certificate(ca_pem.encode())
     if _has(ca, x509.SubjectKeyIdentifier):
         return ca_pem
-    return _ca_cert(ca_key_pem, ca.not_valid_before_utc, ca.not_valid_after_utc)
+    key = serialization.load_pem_private_key(ca_key_pem.encode(), password=None)
+    return _ca_cert(key, ca.not_valid_before_utc, ca.not_valid_after_utc)
 
 
 def _san(hosts: list[str]) -> Any:
@@ -253,8 +255,7 @@ async def serving_cert(client: Any, secret: tuple[str, str] | None, hosts: list[
         ApiError: the Secret could not be read or written (the operator cannot serve TLS).
     """
     if secret is None:
-        made = make_cert(hosts, now)
-        return ServingCert(made.ca, made.ca_key, made.cert, made.key, ca_changed=True)
+        return replace(make_cert(hosts, now), ca_changed=True)
     ns, name = secret
     path = f"/api/v1/namespaces/{ns}/secrets/{name}"
     for _ in range(3):
@@ -269,7 +270,7 @@ async def serving_cert(client: Any, secret: tuple[str, str] | None, hosts: list[
             return have
         made = make_cert(hosts, now, (with_key_ids(have.ca, have.ca_key), have.ca_key) if have else None)
         if have is None or made.ca != have.ca:
-            made = ServingCert(made.ca, made.ca_key, made.cert, made.key, ca_changed=True)
+            made = replace(made, ca_changed=True)
         obj = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": made.secret_data(),
                "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "kubeforge"}}}
         try:
