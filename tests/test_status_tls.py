@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import socket
 import ssl
 import threading
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kubeforge.runtime.status_tls import KEYS, ServingCert, make_cert, serving_cert, ssl_context, strict_ready, with_key_ids
+from kubeforge.runtime.status_tls import KEYS, ServingCert, _pem as pem, make_cert, serving_cert, ssl_context, strict_ready, with_key_ids
 from test_status_server import FakeClient
 
 HOSTS = ["127.0.0.1", "localhost"]
@@ -61,13 +62,6 @@ def handshake(sc: ServingCert, ca_pem: str, tmp: Path, strict: bool) -> str | No
             t.join(5)
 
 
-def pem(obj) -> str:
-    if hasattr(obj, "public_bytes"):
-        return obj.public_bytes(serialization.Encoding.PEM).decode()
-    return obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
-
-
 def old_pair(now: float) -> ServingCert:
     """A pair as kubeforge made it before the key identifiers (no SKI on the CA, no AKI on the leaf)."""
     name = lambda cn: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # noqa: E731
@@ -85,7 +79,7 @@ def old_pair(now: float) -> ServingCert:
     leaf = (x509.CertificateBuilder().subject_name(name(HOSTS[0])).issuer_name(ca.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(start).not_valid_after(start + dt.timedelta(days=365))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address(HOSTS[0])),
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOSTS[0])),
                                                         x509.DNSName(HOSTS[1])]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
