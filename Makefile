@@ -1,7 +1,12 @@
 # kubeforge: `make demo` runs the local GPU cluster demo, `make test` runs every test.
 # Both set up everything on a fresh machine: the Python venv and the control-plane binaries
 # (built once from the Go module proxy and cached in ~/.cache/kubeforge).
-PY ?= python3
+# The venv's interpreter: Debian's /usr/bin/python3 where it is 3.10 or later and can make a venv
+# (the interpreter the image runs the operator on, hack/build-image.sh, so tests and benches run
+# what ships; Debian builds it with PGO and LTO), else python3 on the PATH. `make setup PY=...`
+# chooses another; an existing .venv is kept until pyproject.toml changes.
+DEBIAN_PY := $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null && echo /usr/bin/python3)
+PY ?= $(or $(DEBIAN_PY),python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
