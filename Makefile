@@ -5,8 +5,7 @@
 # (the interpreter the image runs the operator on, hack/build-image.sh, so tests and benches run
 # what ships; Debian builds it with PGO and LTO), else python3 on the PATH. `make setup PY=...`
 # chooses another; an existing .venv is kept until pyproject.toml changes.
-DEBIAN_PY := $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null && echo /usr/bin/python3)
-PY ?= $(or $(DEBIAN_PY),python3)
+PY ?= $(or $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null && echo /usr/bin/python3),python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
